@@ -1,0 +1,33 @@
+# Both entry points create (or reuse) .venv and install the pinned set first.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= data/halfcheetah_random_demo
+
+.PHONY: install demo test bench figures
+
+install: $(STAMP)
+
+$(STAMP): setup.py constraints.txt
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (or run: make PYTHON=python3 ...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	# tf-agents pins typing-extensions==4.5.0, gymnasium needs >=4.12: install it without deps.
+	$(PY) -m pip install -q --no-deps tf-agents==0.19.0
+	$(PY) -c "import tf_agents, reverb, rlds, tensorflow_datasets, gymnasium" 2>/dev/null
+	touch $(STAMP)
+
+demo: $(STAMP)
+	test -f $(DEMO_DIR)/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy random --episodes 20 --out $(DEMO_DIR)
+	$(PY) -m pipelines.push --dataset $(DEMO_DIR)
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --timeout 900 tests
+
+bench: $(STAMP)
+	$(PY) bench/push.py
+
+figures: $(STAMP)
+	$(PY) images/rlds/draw_figures.py
