@@ -1,0 +1,25 @@
+"""rlds_reverb: RLDS datasets -> TF-Agents trajectories -> Reverb tables.
+
+The first four names are drop-ins for `tf_agents.replay_buffers.
+rlds_to_reverb`; switching the import is all a user does.
+"""
+
+from rlds_reverb.convert import convert_rlds_to_episodes
+from rlds_reverb.convert import convert_rlds_to_trajectories
+from rlds_reverb.convert import create_trajectory_data_spec
+from rlds_reverb.convert import EpisodeTrajectories
+from rlds_reverb.convert import get_rlds_step_features
+from rlds_reverb.push import push_rlds_to_reverb
+from rlds_reverb.push import push_rlds_to_table
+from rlds_reverb.push import PushStats
+
+__all__ = [
+    'convert_rlds_to_episodes',
+    'convert_rlds_to_trajectories',
+    'create_trajectory_data_spec',
+    'EpisodeTrajectories',
+    'get_rlds_step_features',
+    'push_rlds_to_reverb',
+    'push_rlds_to_table',
+    'PushStats',
+]
