@@ -1,0 +1,324 @@
+r"""Pushes an RLDS dataset into a Reverb table as TF-Agents trajectories.
+
+Examples:
+
+  # Embedded server: push, print the summary, exit (the table goes with it).
+  python -m pipelines.push --dataset data/halfcheetah_random_demo
+
+  # Keep the table: checkpoint it, or keep the server up for a learner.
+  python -m pipelines.push --dataset DIR --checkpoint_dir /tmp/ckpt
+  python -m pipelines.push --dataset DIR --serve
+
+  # Into a server of its own process (python -m pipelines.serve ...).
+  python -m pipelines.push --dataset DIR --reverb_address localhost:8000
+
+Prints a progress bar on stderr, then one JSON line and one readable line of
+totals on stdout. Bad input ends the run with one line on stderr, exit code 1
+(2 for bad flags).
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+from typing import Any, Iterator, Optional
+
+# TensorFlow's C++ start-up chatter would bury the one-line errors and the
+# summary this tool prints. The caller can override.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import reverb
+import tensorflow as tf
+import tqdm
+
+from pipelines import cli
+from rlds_reverb import convert
+from rlds_reverb import datasets
+from rlds_reverb import push
+from rlds_reverb import tables
+
+_PROG = 'push'
+DEFAULT_MAX_SIZE = 2_000_000
+
+_DATASET = flags.DEFINE_string(
+    'dataset', None, 'RLDS data to push: a TFDS name with optional config '
+    '(d4rl_mujoco_halfcheetah/v2-medium) or a directory in TFDS format, '
+    'e.g. the --out of pipelines.generate. Required.')
+_SPLIT = flags.DEFINE_string(
+    'split', 'train', 'TFDS split to read, slicing allowed: train[:10%].')
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', None, "TFDS data dir for TFDS names (default: TFDS' own, "
+    '~/tensorflow_datasets).')
+_DOWNLOAD = flags.DEFINE_bool(
+    'download', True, 'For TFDS names: download and prepare the data if it is '
+    'not in --data_dir. With --nodownload a missing dataset fails at once '
+    'instead of after network time-outs on an offline machine.')
+_REVERB_ADDRESS = flags.DEFINE_string(
+    'reverb_address', '', 'host:port of a running Reverb server (e.g. from '
+    'pipelines.serve) whose --table takes the data. Empty: start a server in '
+    'this process with a table made for the data.')
+_CONNECT_TIMEOUT_S = flags.DEFINE_float(
+    'connect_timeout_s', 5.0, 'Give up on --reverb_address when the server '
+    'does not answer within this many seconds.', lower_bound=0.001)
+_TABLE = flags.DEFINE_string(
+    'table', tables.DEFAULT_TABLE, 'Reverb table to write into. Its signature '
+    "must be the data's trajectory spec with a time dimension, as "
+    'pipelines.serve makes it.')
+_SEQUENCE_LENGTH = flags.DEFINE_string(
+    'sequence_length', '2', 'Trajectories per item, as the sequence_length '
+    "of TF-Agents' ReverbAddTrajectoryObserver; 0 or none: one item per "
+    "episode (TF-Agents' ReverbAddEpisodeObserver).")
+flags.register_validator(
+    _SEQUENCE_LENGTH, cli.is_sequence_length,
+    message='must be a positive integer, or 0 or none for whole episodes')
+_STRIDE_LENGTH = flags.DEFINE_integer(
+    'stride_length', 1, 'Steps between the starts of consecutive items (1: '
+    'overlapping windows). Ignored for whole episodes.', lower_bound=1)
+_MAX_EPISODES = flags.DEFINE_integer(
+    'max_episodes', 0, 'Push only the first N episodes of the split; 0: all.',
+    lower_bound=0)
+_PRIORITY = flags.DEFINE_float(
+    'priority', 1.0, 'Priority of every item written (matters for a '
+    'prioritized table).', lower_bound=0.0)
+_ZERO_TERMINAL_DISCOUNT = flags.DEFINE_bool(
+    'zero_terminal_discount', False, 'Zero the discount of the step that '
+    'leads into a terminal state, so TD targets do not bootstrap through it '
+    '(truncated endings keep theirs). Off: the data is stored as TF-Agents '
+    'converts it.')
+_MAX_SIZE = flags.DEFINE_integer(
+    'max_size', DEFAULT_MAX_SIZE, 'Embedded server only: most items the table '
+    'holds; beyond it the oldest are evicted (and the summary says how many).',
+    lower_bound=1)
+_CHECKPOINT_DIR = flags.DEFINE_string(
+    'checkpoint_dir', None, 'Embedded server only: start from the latest '
+    'Reverb checkpoint in this directory (if any) and write a new one there '
+    'when the push is done (and again on exit with --serve). A restored '
+    'table keeps its own --max_size.')
+_SERVE = flags.DEFINE_bool(
+    'serve', False, 'Embedded server only: after the push keep the server up, '
+    'print its address and wait for Ctrl-C (or SIGTERM), so learners in '
+    'other processes can read the table.')
+
+_EMBEDDED_ONLY = (_MAX_SIZE, _CHECKPOINT_DIR, _SERVE)
+
+
+@dataclasses.dataclass(frozen=True)
+class PushConfig:
+  """What to push and where; each field is the flag of the same name."""
+  dataset: str
+  split: str = 'train'
+  data_dir: Optional[str] = None
+  download: bool = True
+  reverb_address: str = ''
+  connect_timeout_s: float = 5.0
+  table: str = tables.DEFAULT_TABLE
+  sequence_length: Optional[int] = 2
+  stride_length: int = 1
+  max_episodes: int = 0
+  priority: float = 1.0
+  zero_terminal_discount: bool = False
+  max_size: int = DEFAULT_MAX_SIZE
+  checkpoint_dir: Optional[str] = None
+  serve: bool = False
+
+
+@dataclasses.dataclass
+class Target:
+  """The table being written: a client, and the server if it is ours."""
+  client: reverb.Client
+  address: str
+  server: Optional[reverb.Server] = None
+
+
+@dataclasses.dataclass
+class PushReport:
+  """The totals a push prints; `to_json` is the machine-readable line."""
+  episodes: int
+  steps: int
+  items: int
+  terminated: int
+  truncated: int
+  seconds: float
+  steps_per_second: float
+  table: str
+  address: str
+  table_size: int
+  evicted: int = 0
+  checkpoint: Optional[str] = None
+  error: Optional[str] = None
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self))
+
+  def to_text(self) -> str:
+    text = (f'{_PROG}: {self.episodes} episodes ({self.terminated} terminated, '
+            f'{self.truncated} truncated), {self.steps} steps -> {self.items} '
+            f'items in {self.seconds:.2f} s ({self.steps_per_second:.0f} '
+            f'steps/s); table {self.table!r} at {self.address} holds '
+            f'{self.table_size} items')
+    if self.evicted:
+      text += f' ({self.evicted} evicted: raise --max_size to keep them)'
+    return text
+
+
+def load_dataset(config: PushConfig) -> tuple[tf.data.Dataset, Any]:
+  """Returns the episodes to push and their trajectory spec.
+
+  Raises:
+    datasets.DatasetNotFoundError: Unknown name, or no dataset at the path.
+    datasets.DatasetNotAvailableError: Known name, data not available.
+    ValueError: Unknown split, or data that is not RLDS.
+  """
+  dataset = datasets.load(config.dataset, split=config.split,
+                          data_dir=config.data_dir, download=config.download)
+  spec = convert.create_trajectory_data_spec(dataset)
+  if config.max_episodes:
+    dataset = dataset.take(config.max_episodes)
+  return dataset, spec
+
+
+@contextlib.contextmanager
+def open_table(config: PushConfig, spec: Any) -> Iterator[Target]:
+  """Yields the target table, checked against `spec`; stops our server after.
+
+  Raises:
+    ConnectionError: Nothing answers at `config.reverb_address`.
+    tables.TableNotFoundError: The server has no `config.table`.
+    ValueError: The table's signature does not match `spec`.
+    OSError, ValueError: The embedded server cannot start or restores a
+      table of another signature (see `tables.start_table_server`).
+  """
+  if config.reverb_address:
+    client = tables.connect(config.reverb_address,
+                            timeout_s=config.connect_timeout_s)
+    tables.check_signature(client, config.table, spec)
+    yield Target(client, config.reverb_address)
+    return
+  server = tables.start_table_server(
+      config.table, spec, checkpoint_dir=config.checkpoint_dir,
+      max_size=config.max_size, sequence_length=config.sequence_length)
+  target = Target(server.localhost_client(), f'localhost:{server.port}',
+                  server)
+  try:
+    yield target
+  finally:
+    target.server = None
+    server.stop()
+    # Drop the last reference now: reverb.Server.__del__ run at interpreter
+    # exit prints a traceback.
+    del server
+
+
+def push_dataset(dataset: tf.data.Dataset, target: Target,
+                 config: PushConfig, stats: push.PushStats) -> PushReport:
+  """Pushes `dataset` into the target table with a progress bar on stderr.
+
+  Checkpoints our server afterwards if `config.checkpoint_dir` is set.
+  `stats` is filled in as episodes are written; when the push fails part-way
+  the JSON summary of what was written (with an "error") is printed to
+  stdout before the error propagates.
+
+  Raises:
+    tf.errors.InvalidArgumentError: An invalid episode (see
+      `push.push_rlds_to_table`).
+  """
+  size_before = tables.get_table_info(target.client, config.table).current_size
+  with tqdm.tqdm(desc=f'{_PROG} {config.table}', unit='step') as bar:
+    try:
+      push.push_rlds_to_table(
+          dataset, target.client, config.table,
+          sequence_length=config.sequence_length,
+          stride_length=config.stride_length, priority=config.priority,
+          zero_terminal_discount=config.zero_terminal_discount, stats=stats,
+          progress=bar.update)
+    except (*cli.USER_ERRORS, KeyboardInterrupt) as e:
+      bar.close()
+      with contextlib.suppress(Exception):  # Keep the push's error.
+        print(make_report(stats, target, config.table, e).to_json(),
+              flush=True)
+      raise
+  report = make_report(stats, target, config.table)
+  if target.server is not None:
+    # Other writers could change an external table meanwhile; ours is ours.
+    report.evicted = max(0, size_before + stats.items - report.table_size)
+    if config.checkpoint_dir:
+      report.checkpoint = tables.checkpoint(target.client)
+  return report
+
+
+def make_report(stats: push.PushStats, target: Target, table: str,
+                error: Optional[BaseException] = None) -> PushReport:
+  """The report of what `stats` counted, with the table's size now."""
+  size = tables.get_table_info(target.client, table).current_size
+  return PushReport(
+      episodes=stats.episodes, steps=stats.steps, items=stats.items,
+      terminated=stats.terminated, truncated=stats.truncated,
+      seconds=round(stats.seconds, 3),
+      steps_per_second=round(stats.steps_per_second, 1), table=table,
+      address=target.address, table_size=size,
+      error=cli.one_line(error) if error else None)
+
+
+def serve(target: Target, config: PushConfig) -> None:
+  """Keeps our server up until Ctrl-C/SIGTERM; checkpoints it before exit."""
+  cli.wait_until_interrupted(on_ready=lambda: print(
+      f'serving table {config.table} on {target.address} (Ctrl-C to stop)',
+      flush=True))
+  if config.checkpoint_dir:
+    print(f'{_PROG}: wrote checkpoint {tables.checkpoint(target.client)}',
+          flush=True)
+
+
+def config_from_flags() -> PushConfig:
+  """Reads the flags; fails on values that absl's own checks let through."""
+  if _DATASET.value is None:
+    cli.fail(_PROG, ValueError('--dataset is required'), code=2)
+  if _REVERB_ADDRESS.value:
+    for flag in _EMBEDDED_ONLY:
+      if flag.present:
+        cli.fail(_PROG, ValueError(
+            f'--{flag.name} applies to the embedded server only, not to '
+            f'--reverb_address (see pipelines.serve for its counterpart)'),
+                 code=2)
+  return PushConfig(
+      dataset=_DATASET.value, split=_SPLIT.value, data_dir=_DATA_DIR.value,
+      download=_DOWNLOAD.value, reverb_address=_REVERB_ADDRESS.value,
+      connect_timeout_s=_CONNECT_TIMEOUT_S.value, table=_TABLE.value,
+      sequence_length=cli.parse_sequence_length(_SEQUENCE_LENGTH.value),
+      stride_length=_STRIDE_LENGTH.value, max_episodes=_MAX_EPISODES.value,
+      priority=_PRIORITY.value,
+      zero_terminal_discount=_ZERO_TERMINAL_DISCOUNT.value,
+      max_size=_MAX_SIZE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
+      serve=_SERVE.value)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    cli.fail(_PROG, ValueError(f'unexpected arguments: {" ".join(argv[1:])}'),
+             code=2)
+  cli.quiet_logging()
+  config = config_from_flags()
+  stats = push.PushStats()
+  try:
+    dataset, spec = load_dataset(config)
+    with open_table(config, spec) as target:
+      report = push_dataset(dataset, target, config, stats)
+      print(report.to_json())
+      print(report.to_text(), flush=True)
+      if report.checkpoint:
+        print(f'{_PROG}: wrote checkpoint {report.checkpoint}', flush=True)
+      if config.serve:
+        serve(target, config)
+  except KeyboardInterrupt:
+    cli.fail(_PROG, RuntimeError(
+        f'interrupted after {stats.episodes} episodes, {stats.items} items '
+        'written'), code=130)
+  except cli.USER_ERRORS as e:
+    cli.fail(_PROG, e)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.flags_parser(_PROG))

@@ -1,0 +1,342 @@
+"""Records gymnasium rollouts as RLDS episodes and writes them as TFDS data.
+
+RLDS layout of one recorded episode of T env steps (T + 1 RLDS steps):
+
+  step t (0 <= t < T): o_t, a_t, r_t, discount 1.0, infos of o_t
+  step T (is_last):    o_T (final observation), zero action/reward,
+                       is_terminal = whether the env terminated (not truncated)
+
+`is_first` is set on step 0 only, `is_last` on step T only. Discount is 1.0 on
+every step, as in the D4RL datasets; consumers derive terminal discounts from
+`is_terminal` (see DESIGN.md).
+
+The vector env runs in gymnasium's NEXT_STEP autoreset mode: after a sub-env
+reports `terminated or truncated`, its next `step` ignores the action and
+returns the first observation of a new episode with reward 0. Those reset
+steps are not transitions and are never recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from typing import Any, Callable, Iterator, Protocol
+
+import gymnasium as gym
+import numpy as np
+import tqdm
+
+from rlds_reverb import tfds_writer
+
+
+class Policy(Protocol):
+  """Maps a batch of observations to (actions, log-probabilities)."""
+
+  def __call__(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ...
+
+
+# Registry entries: (single action space, seed) -> policy.
+PolicyFactory = Callable[[gym.spaces.Box, 'int | None'], Policy]
+
+
+def make_random_policy(action_space: gym.spaces.Box,
+                       seed: int | None) -> Policy:
+  """Uniform random actions over a bounded Box; log-prob is the uniform one.
+
+  Args:
+    action_space: the single (not batched) action space.
+    seed: seed of the policy's own generator.
+
+  Returns:
+    A policy sampling one action per observation in the batch.
+
+  Raises:
+    ValueError: if the action space is unbounded.
+  """
+  low = action_space.low.astype(np.float64)
+  high = action_space.high.astype(np.float64)
+  if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+    raise ValueError(
+        f'policy random needs a bounded action space, got {action_space}')
+  log_prob = -float(np.sum(np.log(high - low)))
+  rng = np.random.default_rng(seed)
+
+  def policy(observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(observations)
+    actions = rng.uniform(low, high, size=(n,) + low.shape)
+    return (actions.astype(action_space.dtype),
+            np.full((n,), log_prob, dtype=np.float64))
+
+  return policy
+
+
+POLICIES: dict[str, PolicyFactory] = {'random': make_random_policy}
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateSummary:
+  """What `generate_dataset` wrote.
+
+  Attributes:
+    num_episodes: episodes written.
+    num_env_steps: transitions written (RLDS steps minus one per episode).
+    mean_return: mean undiscounted return over the episodes.
+    out_dir: the directory to pass to `rlds_reverb.datasets.load`.
+    dataset_dir: the TFDS version directory (holds dataset_info.json).
+  """
+
+  num_episodes: int
+  num_env_steps: int
+  mean_return: float
+  out_dir: str
+  dataset_dir: str
+
+
+def make_vector_env(env_id: str, num_envs: int,
+                    max_episode_steps: int | None) -> gym.vector.SyncVectorEnv:
+  """Returns `num_envs` copies of `env_id` in NEXT_STEP autoreset mode.
+
+  Raises:
+    ValueError: if `env_id` is not a registered gymnasium env or cannot be
+      made.
+  """
+  try:
+    gym.spec(env_id)
+  except gym.error.Error as e:
+    raise ValueError(
+        f'unknown env id {env_id!r}: not registered with gymnasium ({e})'
+    ) from None
+  make = functools.partial(gym.make, env_id,
+                           max_episode_steps=max_episode_steps)
+  try:
+    return gym.vector.SyncVectorEnv(
+        [make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+  except gym.error.Error as e:  # E.g. a missing optional dependency.
+    raise ValueError(f'cannot make env {env_id!r}: {e}') from None
+
+
+def _stored_dtype(dtype: np.dtype) -> np.dtype:
+  # D4RL stores float observations and actions as float32.
+  return np.dtype(np.float32) if np.issubdtype(dtype, np.floating) else dtype
+
+
+def _physics(env: gym.Env) -> Any:
+  return getattr(env.unwrapped, 'data', None)  # MuJoCo envs only.
+
+
+def make_step_spec(envs: gym.vector.SyncVectorEnv,
+                   env_id: str) -> tfds_writer.StepSpec:
+  """Returns the on-disk step spec of `envs`, taken from its spaces.
+
+  Raises:
+    ValueError: if observations or actions are not Box spaces.
+  """
+  obs_space, act_space = envs.single_observation_space, envs.single_action_space
+  for what, space in (('observation', obs_space), ('action', act_space)):
+    if not isinstance(space, gym.spaces.Box):
+      raise ValueError(
+          f'env {env_id!r}: {what} space must be a Box, got {space}')
+  data = _physics(envs.envs[0])
+  return tfds_writer.StepSpec(
+      observation_shape=tuple(obs_space.shape),
+      action_shape=tuple(act_space.shape),
+      observation_dtype=_stored_dtype(obs_space.dtype),
+      action_dtype=_stored_dtype(act_space.dtype),
+      qpos_shape=None if data is None else tuple(data.qpos.shape),
+      qvel_shape=None if data is None else tuple(data.qvel.shape))
+
+
+class _EpisodeBuffer:
+  """Accumulates one episode's steps and emits it in RLDS layout."""
+
+  def __init__(self, spec: tfds_writer.StepSpec):
+    self._spec = spec
+    self._obs, self._qpos, self._qvel = [], [], []
+    self._actions, self._rewards, self._log_probs = [], [], []
+
+  def observe(self, obs: np.ndarray, env: gym.Env) -> None:
+    """Adds o_t (and the physics state that produced it)."""
+    self._obs.append(obs)
+    data = _physics(env)
+    if self._spec.qpos_shape is not None:
+      self._qpos.append(data.qpos.copy())
+      self._qvel.append(data.qvel.copy())
+
+  def act(self, action: np.ndarray, reward: float, log_prob: float) -> None:
+    """Adds a_t, r_t for the last observation."""
+    self._actions.append(action)
+    self._rewards.append(reward)
+    self._log_probs.append(log_prob)
+
+  def finish(self, terminated: bool) -> dict[str, Any]:
+    """Returns the episode; the last observation becomes the is_last step."""
+    spec, n = self._spec, len(self._obs)
+    steps = {
+        'observation': np.asarray(self._obs, dtype=spec.observation_dtype),
+        'action': np.concatenate([
+            np.asarray(self._actions, dtype=spec.action_dtype).reshape(
+                (n - 1,) + spec.action_shape),
+            np.zeros((1,) + spec.action_shape, dtype=spec.action_dtype)]),
+        'reward': np.asarray(self._rewards + [0.0], dtype=np.float32),
+        'discount': np.ones((n,), dtype=np.float32),
+        'is_first': np.arange(n) == 0,
+        'is_last': np.arange(n) == n - 1,
+        'is_terminal': (np.arange(n) == n - 1) & bool(terminated),
+        'infos': {
+            'action_log_probs': np.asarray(self._log_probs + [0.0],
+                                           dtype=np.float64)},
+    }
+    if spec.qpos_shape is not None:
+      steps['infos']['qpos'] = np.asarray(self._qpos, dtype=np.float64)
+      steps['infos']['qvel'] = np.asarray(self._qvel, dtype=np.float64)
+    return {'steps': steps}
+
+
+def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
+                    num_episodes: int, spec: tfds_writer.StepSpec, *,
+                    seed: int | None = None,
+                    progress: tqdm.tqdm | None = None
+                    ) -> Iterator[tuple[int, dict[str, Any]]]:
+  """Runs `envs` until `num_episodes` episodes finish; yields them as RLDS.
+
+  Episodes are numbered in the order they start (not finish), so the result
+  is not biased towards short episodes; sub-envs that would start an episode
+  beyond `num_episodes` idle until the others are done.
+
+  Args:
+    envs: a vector env in NEXT_STEP autoreset mode.
+    policy: maps the batch of observations to actions and log-probs.
+    num_episodes: how many episodes to record.
+    spec: the step spec (from `make_step_spec`).
+    seed: passed to `envs.reset` (sub-env i gets seed + i).
+    progress: a progress bar advanced by one per recorded env step.
+
+  Yields:
+    (episode index, episode) in the order episodes finish.
+  """
+  num_envs = envs.num_envs
+  obs, _ = envs.reset(seed=seed)
+  buffers: list[_EpisodeBuffer | None] = [None] * num_envs
+  index = [-1] * num_envs
+  started = 0
+
+  def start(i: int, first_obs: np.ndarray) -> None:
+    nonlocal started
+    if started < num_episodes:
+      buffers[i], index[i] = _EpisodeBuffer(spec), started
+      buffers[i].observe(first_obs, envs.envs[i])
+      started += 1
+    else:
+      buffers[i] = None
+
+  for i in range(num_envs):
+    start(i, obs[i])
+  resetting = np.zeros(num_envs, dtype=bool)
+  finished = 0
+  while finished < num_episodes:
+    actions, log_probs = policy(obs)
+    obs, rewards, terminated, truncated, _ = envs.step(actions)
+    for i in range(num_envs):
+      if resetting[i]:  # This step reset sub-env i; obs[i] starts an episode.
+        start(i, obs[i])
+        continue
+      buffer = buffers[i]
+      if buffer is None:
+        continue
+      buffer.act(actions[i], float(rewards[i]), float(log_probs[i]))
+      buffer.observe(obs[i], envs.envs[i])
+      if progress is not None:
+        progress.update(1)
+      if terminated[i] or truncated[i]:
+        yield index[i], buffer.finish(bool(terminated[i]))
+        buffers[i] = None
+        finished += 1
+    resetting = np.logical_or(terminated, truncated)
+
+
+def dataset_name(env_id: str, policy: str) -> str:
+  """TFDS-safe name: ('HalfCheetah-v5', 'random') -> 'halfcheetah_v5_random'."""
+  slug = re.sub(r'[^a-z0-9]+', '_', f'{env_id}_{policy}'.lower()).strip('_')
+  return slug if slug[:1].isalpha() else f'env_{slug}'
+
+
+def generate_dataset(env_id: str, policy: str, num_episodes: int,
+                     out_dir: str, *, seed: int | None = None,
+                     num_envs: int = 4, max_episode_steps: int | None = None,
+                     overwrite: bool = False,
+                     show_progress: bool = True) -> GenerateSummary:
+  """Records `num_episodes` rollouts of `policy` in `env_id` as a TFDS dataset.
+
+  On success `out_dir` holds `<name>/1.0.0/` (a standard TFDS dataset) and
+  an empty `.complete` marker; on failure it is left empty (see
+  `tfds_writer.output_dir`).
+
+  Args:
+    env_id: gymnasium env id with Box observation and action spaces.
+    policy: a key of `POLICIES`.
+    num_episodes: episodes to record (> 0).
+    out_dir: output directory; must be absent or empty unless `overwrite`.
+    seed: seeds the envs and the policy; None for fresh randomness.
+    num_envs: sub-envs stepped together (capped at `num_episodes`).
+    max_episode_steps: time limit in env steps; None keeps the env's own.
+    overwrite: replace a non-empty `out_dir` that holds generated data.
+    show_progress: show a tqdm bar of recorded env steps.
+
+  Returns:
+    A GenerateSummary.
+
+  Raises:
+    ValueError: unknown policy or env id, non-positive counts, a negative
+      seed, non-Box spaces, or an env without a time limit and no
+      `max_episode_steps`.
+    FileExistsError: `out_dir` is not empty and `overwrite` is False, or it
+      is not generated data.
+  """
+  if policy not in POLICIES:
+    raise ValueError(
+        f'unknown policy {policy!r}; known policies: {sorted(POLICIES)}')
+  for arg, value in (('num_episodes', num_episodes), ('num_envs', num_envs)):
+    if value <= 0:
+      raise ValueError(f'{arg} must be > 0, got {value}')
+  if max_episode_steps is not None and max_episode_steps <= 0:
+    raise ValueError(f'max_episode_steps must be > 0, got {max_episode_steps}')
+  if seed is not None and seed < 0:
+    raise ValueError(f'seed must be >= 0, got {seed}')
+  envs = make_vector_env(env_id, min(num_envs, num_episodes),
+                         max_episode_steps)
+  try:
+    time_limit = max_episode_steps or envs.envs[0].spec.max_episode_steps
+    if not time_limit:
+      raise ValueError(
+          f'env {env_id!r} has no time limit; pass max_episode_steps')
+    spec = make_step_spec(envs, env_id)
+    act = POLICIES[policy](envs.single_action_space, seed)
+    returns, steps = [], 0
+
+    def counted(bar: tqdm.tqdm):
+      nonlocal steps
+      for key, episode in record_episodes(envs, act, num_episodes, spec,
+                                          seed=seed, progress=bar):
+        returns.append(float(np.sum(episode['steps']['reward'])))
+        steps += len(episode['steps']['reward']) - 1
+        yield key, episode
+
+    with tfds_writer.output_dir(out_dir, overwrite), tqdm.tqdm(
+        total=num_episodes * time_limit, unit='step', smoothing=0.1,
+        desc=f'{env_id} {policy}', disable=not show_progress) as bar:
+      dataset_dir = tfds_writer.write_episodes(
+          counted(bar), out_dir, name=dataset_name(env_id, policy),
+          spec=spec, description=(
+              f'{num_episodes} episodes of {env_id} with policy {policy!r} '
+              f'(seed {seed}, time limit {time_limit}), recorded by '
+              'rlds_reverb.recording.generate_dataset.'))
+      bar.total = bar.n  # Episodes that terminated early end the bar short.
+  finally:
+    envs.close()
+  return GenerateSummary(
+      num_episodes=len(returns), num_env_steps=steps,
+      mean_return=float(np.mean(returns)), out_dir=os.fspath(out_dir),
+      dataset_dir=dataset_dir)

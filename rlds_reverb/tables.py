@@ -1,0 +1,447 @@
+"""Reverb servers and tables: construction, signatures and checkpoints.
+
+A table made here stores TF-Agents trajectories with the signature that
+TF-Agents' `ReverbReplayBuffer` and `ReverbAdd*Observer` expect: the data spec
+from `convert.create_trajectory_data_spec` with one outer time dimension of
+unknown size,
+
+    data spec   Trajectory(observation=TensorSpec([17]), reward=TensorSpec([]))
+    signature   Trajectory(observation=TensorSpec([None, 17]),
+                           reward=TensorSpec([None]))
+
+so one table takes items of any length: pairs of steps, longer windows or
+whole episodes. Writers and readers find each other through the server, which
+runs in the same process (`start_server`) or anywhere on the network
+(`connect`). Checkpoints are Reverb's own (`DefaultCheckpointer`): a server
+started on a checkpoint directory restores the latest checkpoint in it.
+"""
+
+import errno
+import ipaddress
+import math
+import numbers
+import os
+import socket
+from typing import Any, List, Optional, Sequence
+
+import reverb
+from reverb import reverb_types
+from reverb.platform import checkpointers_lib
+import tree
+from tf_agents.specs import tensor_spec
+
+DEFAULT_TABLE = 'rlds'
+SAMPLERS = ('uniform', 'fifo', 'lifo', 'prioritized')
+REMOVERS = ('fifo', 'lifo', 'uniform')
+
+# The first sentence of every signature error: TF-Agents' own message, word
+# for word, so code that matches on it keeps working.
+SIGNATURE_MISMATCH = (
+    'Replay buffer table signature spec should match RLDS data spec.'
+)
+
+# At most this many differences are spelled out in a signature error.
+_MAX_LISTED_DIFFERENCES = 6
+
+
+class TableNotFoundError(KeyError, ValueError):
+  """A table name that the Reverb server does not have.
+
+  A `KeyError` because it is a failed lookup and a `ValueError` because the
+  name usually comes from a bad argument; `str()` gives the plain message
+  (a bare `KeyError` would quote it).
+  """
+
+  def __str__(self) -> str:
+    return str(self.args[0]) if self.args else ''
+
+
+def make_table(
+    name: str,
+    data_spec: Any,
+    *,
+    max_size: int,
+    sequence_length: Optional[int] = 2,
+    sampler: str = 'uniform',
+    remover: str = 'fifo',
+    alpha: float = 0.6,
+    min_size_to_sample: int = 1,
+) -> reverb.Table:
+  """Builds a table for TF-Agents trajectories of `data_spec`.
+
+  The signature's outer dimension is left unknown (not `sequence_length`),
+  because that is what TF-Agents compares against: `push_rlds_to_reverb`
+  rejects a table whose signature is not `add_outer_dim(data_spec)`.
+
+  Args:
+    name: Table name, the key that writers and readers use.
+    data_spec: Nest of `tf.TensorSpec` (or `ArraySpec`) for one trajectory,
+      e.g. `convert.create_trajectory_data_spec(rlds_data)`.
+    max_size: Most items the table holds; once full, `remover` picks the item
+      that makes room for a new one.
+    sequence_length: Steps per item the writers will use, or None for whole
+      episodes. Checked here so that a bad value fails where it is set; the
+      table itself takes items of any length.
+    sampler: How items are drawn: 'uniform', 'fifo', 'lifo' or
+      'prioritized' (probability proportional to priority**alpha).
+    remover: Which item is removed when the table is full: 'fifo', 'lifo' or
+      'uniform'.
+    alpha: Priority exponent of the 'prioritized' sampler; 0 is uniform.
+    min_size_to_sample: Sampling blocks until the table holds this many
+      items (Reverb's `MinSize` rate limiter).
+
+  Returns:
+    A `reverb.Table`, to be served with `start_server`.
+
+  Raises:
+    ValueError: If `name` is empty.
+    ValueError: If `data_spec` holds no specs.
+    ValueError: If `max_size` is not a positive integer.
+    ValueError: If `sequence_length` is neither None nor a positive integer.
+    ValueError: If `sampler` or `remover` is not one of the names above.
+    ValueError: If `alpha` is negative.
+    ValueError: If `min_size_to_sample` is not in [1, max_size].
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f'name must be a non-empty string, got {name!r}.')
+  if not tree.flatten(data_spec):
+    raise ValueError(
+        f'data_spec must hold at least one spec, got {data_spec!r}.')
+  _check_positive_int('max_size', max_size)
+  if sequence_length is not None:
+    _check_positive_int('sequence_length', sequence_length,
+                        allowed='a positive integer or None (whole episodes)')
+  _check_choice('sampler', sampler, SAMPLERS)
+  _check_choice('remover', remover, REMOVERS)
+  if not alpha >= 0:
+    raise ValueError(f'alpha must be >= 0, got {alpha!r}.')
+  _check_positive_int('min_size_to_sample', min_size_to_sample,
+                      allowed=f'an integer in [1, max_size={max_size}]')
+  if min_size_to_sample > max_size:
+    raise ValueError(
+        f'min_size_to_sample must be an integer in [1, max_size={max_size}], '
+        f'got {min_size_to_sample}: the table could never be sampled.')
+
+  signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec))
+  return reverb.Table(
+      name=name,
+      sampler=_make_selector(sampler, alpha),
+      remover=_make_selector(remover, alpha),
+      max_size=max_size,
+      rate_limiter=reverb.rate_limiters.MinSize(min_size_to_sample),
+      signature=signature,
+  )
+
+
+def start_server(
+    tables: Sequence[reverb.Table],
+    *,
+    port: Optional[int] = None,
+    checkpoint_dir: Optional[str] = None,
+) -> reverb.Server:
+  """Starts a Reverb server in this process.
+
+  With `checkpoint_dir`, checkpoints (see `checkpoint`) go there and the
+  latest one in it is restored at start. Reverb restores each checkpointed
+  table whole, configuration included: a restored table keeps the
+  checkpoint's max_size, selectors and signature, not those of `tables`.
+
+  Args:
+    tables: Tables to serve, e.g. from `make_table`.
+    port: Port to serve on; None picks a free one (`server.port`).
+    checkpoint_dir: Directory for checkpoints; None uses a temporary one, so
+      nothing outlives the process.
+
+  Returns:
+    The running `reverb.Server`; call `stop()` when done.
+
+  Raises:
+    ValueError: If `tables` is empty.
+    ValueError: If `port` is not in [1, 65535].
+    ValueError: If `checkpoint_dir` exists and is not a directory.
+    ValueError: If the checkpoint holds a table that `tables` does not name.
+    OSError: If `port` is already in use.
+  """
+  tables = list(tables)
+  if not tables:
+    raise ValueError('tables must name at least one reverb.Table, got none.')
+  if port is not None:
+    if (isinstance(port, bool) or not isinstance(port, numbers.Integral)
+        or not 0 < port < 65536):
+      raise ValueError(f'port must be an integer in [1, 65535], got {port!r}.')
+    # gRPC binds with SO_REUSEPORT, so a second server on a busy port starts
+    # "fine" and the two split the clients between them. Refuse instead.
+    _check_port_free(port)
+  checkpointer = None
+  if checkpoint_dir:
+    if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+      raise ValueError(
+          f'checkpoint_dir {checkpoint_dir!r} exists and is not a directory.')
+    checkpointer = checkpointers_lib.DefaultCheckpointer(path=checkpoint_dir)
+  try:
+    return reverb.Server(tables, port=None if port is None else int(port),
+                         checkpointer=checkpointer)
+  except ValueError as e:
+    if checkpoint_dir and 'load table' in str(e):
+      raise ValueError(
+          f'cannot restore the checkpoint in {checkpoint_dir}: {e}') from e
+    raise
+
+
+def start_table_server(
+    name: str,
+    data_spec: Any,
+    *,
+    port: Optional[int] = None,
+    checkpoint_dir: Optional[str] = None,
+    **table_kwargs: Any,
+) -> reverb.Server:
+  """Starts a server with one table for `data_spec` (`make_table`).
+
+  What pipelines want from an embedded server: with `checkpoint_dir`, the
+  table comes back from the latest checkpoint, and is checked to still hold
+  trajectories of `data_spec`.
+
+  Args:
+    name: Table name.
+    data_spec: Trajectory spec, as for `make_table`.
+    port: See `start_server`.
+    checkpoint_dir: See `start_server`.
+    **table_kwargs: `make_table` keyword arguments (max_size is required).
+
+  Returns:
+    The running `reverb.Server`.
+
+  Raises:
+    ValueError: See `make_table` and `start_server`; also if the checkpoint
+      holds a table `name` with another signature.
+    OSError: If `port` is already in use.
+  """
+  server = start_server([make_table(name, data_spec, **table_kwargs)],
+                        port=port, checkpoint_dir=checkpoint_dir)
+  try:
+    check_signature(server.localhost_client(), name, data_spec)
+  except ValueError as e:  # Only a restored table can differ.
+    server.stop()
+    del server  # Not left to the traceback: its __del__ at exit would fail.
+    raise ValueError(f'the checkpoint in {checkpoint_dir} holds another table '
+                     f'{name!r} than the data needs: {e}') from e
+  return server
+
+
+def connect(address: str, *, timeout_s: float = 5.0) -> reverb.Client:
+  """Connects to a Reverb server and checks that it answers.
+
+  A `reverb.Client` connects lazily and its calls wait for the server forever,
+  so an address where nothing listens would hang the first write. This asks
+  the server for its tables with a deadline instead; for 'localhost:port' and
+  'ip:port' a refused TCP connection fails at once, without the wait.
+
+  Args:
+    address: 'host:port' of the server.
+    timeout_s: Seconds to wait for the answer (rounded up to whole seconds,
+      which is what Reverb takes).
+
+  Returns:
+    A `reverb.Client` for `address`.
+
+  Raises:
+    ValueError: If `address` is empty or `timeout_s` is not positive.
+    ConnectionError: If no Reverb server answers at `address` in time.
+  """
+  if not isinstance(address, str) or not address:
+    raise ValueError(
+        f'address must be a non-empty "host:port", got {address!r}.')
+  if not timeout_s > 0:
+    raise ValueError(f'timeout_s must be > 0, got {timeout_s!r}.')
+  _check_listening(address, timeout_s)
+  timeout = max(1, math.ceil(timeout_s))
+  client = reverb.Client(address)
+  try:
+    client.server_info(timeout=timeout)
+  except reverb.errors.DeadlineExceededError as e:
+    raise ConnectionError(
+        f'cannot reach Reverb server at {address}: no answer within '
+        f'{timeout}s (is a server running there?)') from e
+  except Exception as e:  # pylint: disable=broad-except
+    # Whatever gRPC met instead of a Reverb server (an HTTP proxy, another
+    # service) surfaces as one of several exception types.
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise ConnectionError(
+        f'cannot reach Reverb server at {address}: {reason}') from e
+  return client
+
+
+def get_table_info(client: reverb.Client,
+                   table: str) -> reverb_types.TableInfo:
+  """Returns the server's `TableInfo` (size, max_size, signature) of `table`.
+
+  Raises:
+    TableNotFoundError: If the server has no table named `table`.
+  """
+  infos = client.server_info()
+  if table not in infos:
+    existing = ', '.join(repr(name) for name in sorted(infos)) or 'none'
+    raise TableNotFoundError(
+        f'no table {table!r} on the Reverb server at {client.server_address}; '
+        f'its tables: {existing}')
+  return infos[table]
+
+
+def get_table_signature(client: reverb.Client, table: str) -> Any:
+  """Returns the signature of `table` (None if it was made without one).
+
+  Raises:
+    TableNotFoundError: If the server has no table named `table`.
+  """
+  return get_table_info(client, table).signature
+
+
+def check_signature(client: reverb.Client, table: str, data_spec: Any) -> None:
+  """Checks that `table` stores trajectories of `data_spec`, before writing.
+
+  The comparison is TF-Agents' (`push_rlds_to_reverb`): the table signature
+  must equal `add_outer_dim(data_spec)`, names, dtypes, shapes and nest
+  structure alike.
+
+  Raises:
+    TableNotFoundError: If the server has no table named `table`.
+    ValueError: If the signature differs; the message starts with TF-Agents'
+      sentence and then lists the differences.
+  """
+  expected = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec))
+  actual = get_table_signature(client, table)
+  if actual is None:
+    raise ValueError(f'{SIGNATURE_MISMATCH} Table {table!r} has no signature.')
+  if actual != expected:
+    differences = describe_spec_differences(actual, expected)
+    raise ValueError(
+        f'{SIGNATURE_MISMATCH} Table {table!r} vs data: {differences}.')
+
+
+def checkpoint(client: reverb.Client) -> str:
+  """Writes a checkpoint of every table on the server; returns its path.
+
+  The checkpoint goes to the server's checkpoint directory (`start_server`'s
+  `checkpoint_dir`, or a temporary one); a server started on that directory
+  restores it.
+  """
+  return client.checkpoint()
+
+
+def describe_spec_differences(table_spec: Any, data_spec: Any) -> str:
+  """Says in one line where two spec nests differ, e.g. for an error.
+
+  Args:
+    table_spec: The spec found (on the table).
+    data_spec: The spec wanted (from the data).
+
+  Returns:
+    '; '-separated differences such as
+    "observation: table float32[None,17] vs data float32[None,3]", or
+    'no differences'.
+  """
+  table_leaves = _flatten_with_paths(table_spec)
+  data_leaves = _flatten_with_paths(data_spec)
+  differences: List[str] = []
+  for path, spec in data_leaves.items():
+    if path not in table_leaves:
+      differences.append(f'{path}: only in data ({_describe(spec)})')
+    elif table_leaves[path] != spec:
+      found = table_leaves[path]
+      names_differ = getattr(found, 'name', None) != getattr(spec, 'name', None)
+      differences.append(f'{path}: table {_describe(found, names_differ)} '
+                         f'vs data {_describe(spec, names_differ)}')
+  for path, spec in table_leaves.items():
+    if path not in data_leaves:
+      differences.append(f'{path}: only in table ({_describe(spec)})')
+  if not differences and table_spec != data_spec:
+    differences.append(f'nest types differ: table {type(table_spec).__name__} '
+                       f'vs data {type(data_spec).__name__}')
+  if len(differences) > _MAX_LISTED_DIFFERENCES:
+    more = len(differences) - _MAX_LISTED_DIFFERENCES
+    differences = differences[:_MAX_LISTED_DIFFERENCES] + [f'{more} more']
+  return '; '.join(differences) or 'no differences'
+
+
+def _flatten_with_paths(nest: Any) -> dict:
+  return {'/'.join(str(p) for p in path) or '<root>': leaf
+          for path, leaf in tree.flatten_with_path(nest)}
+
+
+def _describe(spec: Any, with_name: bool = False) -> str:
+  """'float32[None,17]', plus the name and spec class where they differ."""
+  shape = getattr(spec, 'shape', None)
+  dtype = getattr(spec, 'dtype', None)
+  if shape is None or dtype is None:
+    return repr(spec)
+  dims = ','.join('None' if d is None else str(d) for d in shape.as_list())
+  text = f'{dtype.name}[{dims}]'
+  if with_name:
+    text += f' name={spec.name!r}'
+  if type(spec).__name__ != 'TensorSpec':
+    text += f' ({type(spec).__name__})'
+  return text
+
+
+def _make_selector(kind: str, alpha: float):
+  if kind == 'uniform':
+    return reverb.selectors.Uniform()
+  if kind == 'fifo':
+    return reverb.selectors.Fifo()
+  if kind == 'lifo':
+    return reverb.selectors.Lifo()
+  return reverb.selectors.Prioritized(priority_exponent=alpha)
+
+
+def _check_positive_int(arg: str, value: Any,
+                        allowed: str = 'a positive integer') -> None:
+  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+      or value < 1):
+    raise ValueError(f'{arg} must be {allowed}, got {value!r}.')
+
+
+def _check_choice(arg: str, value: Any, choices: Sequence[str]) -> None:
+  if value not in choices:
+    raise ValueError(
+        f'{arg} must be one of {", ".join(map(repr, choices))}, got {value!r}.')
+
+
+def _check_listening(address: str, timeout_s: float) -> None:
+  """Raises ConnectionError at once if nothing listens at a local/IP address.
+
+  gRPC would retry a refused connection until the deadline. Host names other
+  than localhost are left to gRPC: resolving them here could outlast
+  `timeout_s`.
+  """
+  host, _, port = address.rpartition(':')
+  host = host.strip('[]')
+  if not port.isdigit() or not (host == 'localhost' or _is_ip(host)):
+    return
+  try:
+    socket.create_connection((host, int(port)), timeout=timeout_s).close()
+  except OSError as e:
+    reason = e.strerror or str(e) or type(e).__name__
+    raise ConnectionError(
+        f'cannot reach Reverb server at {address}: {reason.lower()} (is a '
+        'server running there?)') from e
+
+
+def _is_ip(host: str) -> bool:
+  try:
+    ipaddress.ip_address(host)
+  except ValueError:
+    return False
+  return True
+
+
+def _check_port_free(port: int) -> None:
+  # gRPC listens on [::] (dual stack), which a plain IPv4 bind collides with.
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    try:
+      probe.bind(('', port))
+    except OSError as e:
+      if e.errno == errno.EADDRINUSE:
+        raise OSError(f'cannot start a Reverb server on port {port}: the '
+                      'port is already in use') from e
+      raise

@@ -1,0 +1,300 @@
+"""Smoke tests of `python -m pipelines.push` and `pipelines.serve`.
+
+Each runs the command line in a subprocess, as a user would, on a tiny
+dataset that `pipelines.generate` writes once per module: 3 truncated
+HalfCheetah episodes of 20 env steps, so 21 RLDS steps each (63 in all) and
+20 two-step windows each (60 items).
+"""
+
+import json
+import os
+import pathlib
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import List, Optional
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+TIMEOUT_S = 180
+
+EPISODES, EPISODE_STEPS = 3, 20
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, '-m', f'pipelines.{module}', *args], cwd=REPO, env=ENV,
+      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def _summary(stdout: str) -> dict:
+  """The one JSON line of a push."""
+  lines = [line for line in stdout.splitlines() if line.startswith('{')]
+  assert len(lines) == 1, stdout
+  return json.loads(lines[0])
+
+
+def _error_line(proc: subprocess.CompletedProcess, prog: str = 'push') -> str:
+  """Checks a failed run: exit code, no traceback, one error line, last."""
+  assert proc.returncode != 0, proc.stdout + proc.stderr
+  assert 'Traceback' not in proc.stderr, proc.stderr
+  errors = [line for line in proc.stderr.splitlines()
+            if line.startswith(f'{prog}: error: ')]
+  assert len(errors) == 1, proc.stderr
+  assert proc.stderr.rstrip('\n').splitlines()[-1] == errors[0], proc.stderr
+  return errors[0]
+
+
+def _unused_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(('', 0))
+    return s.getsockname()[1]
+
+
+class _Background:
+  """A pipeline left running: stdout lines arrive on a queue as printed."""
+
+  def __init__(self, module: str, *args: str, stderr_path: pathlib.Path):
+    self._stderr_path = stderr_path
+    with open(stderr_path, 'w') as stderr:  # A file: a pipe could fill up.
+      self.proc = subprocess.Popen(
+          [sys.executable, '-m', f'pipelines.{module}', *args], cwd=REPO,
+          env=ENV, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    self.lines: List[str] = []
+    self._queue: 'queue.Queue[Optional[str]]' = queue.Queue()
+    threading.Thread(target=self._read, daemon=True).start()
+
+  def _read(self) -> None:
+    for line in self.proc.stdout:
+      self._queue.put(line.rstrip('\n'))
+    self._queue.put(None)
+
+  def wait_for(self, pattern: str, timeout_s: float = 120) -> re.Match:
+    """Returns the match of the first stdout line that matches `pattern`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+      try:
+        line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+      except queue.Empty:
+        self.proc.kill()
+        pytest.fail(f'no line matching {pattern!r} within {timeout_s}s; '
+                    f'stdout so far: {self.lines}; stderr: {self.stderr()}')
+      if line is None:
+        pytest.fail(f'exited {self.proc.wait()} before printing {pattern!r}; '
+                    f'stdout: {self.lines}; stderr: {self.stderr()}')
+      self.lines.append(line)
+      found = re.search(pattern, line)
+      if found:
+        return found
+
+  def interrupt(self) -> int:
+    """Ctrl-C; returns the exit code once the rest of stdout is read."""
+    if self.proc.poll() is None:
+      self.proc.send_signal(signal.SIGINT)
+    code = self.proc.wait(timeout=60)
+    while (line := self._queue.get(timeout=10)) is not None:
+      self.lines.append(line)
+    return code
+
+  def stderr(self) -> str:
+    return self._stderr_path.read_text()
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory) -> str:
+  out = tmp_path_factory.mktemp('data') / 'halfcheetah'
+  proc = _run('generate', '--env', 'HalfCheetah-v5', '--policy', 'random',
+              '--episodes', str(EPISODES), '--out', str(out),
+              '--max_episode_steps', str(EPISODE_STEPS))
+  assert proc.returncode == 0, proc.stderr
+  return str(out)
+
+
+@pytest.fixture(scope='module')
+def broken_dataset(tmp_path_factory) -> str:
+  """Valid TFDS data, invalid RLDS: episode 1 never ends (no is_last).
+
+  Its observations are (3,), not HalfCheetah's (17,), so it also serves as
+  data that does not fit the table made for `dataset`.
+  """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top
+
+  out = tmp_path_factory.mktemp('broken')
+  config = tfds.rlds.rlds_base.DatasetConfig(
+      name='broken_rlds',
+      observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
+      action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
+      reward_info=np.float32, discount_info=np.float32)
+  writer = episode_writer.EpisodeWriter(str(out), config)
+
+  def episode(num_steps: int, ends: bool) -> dict:
+    return {'steps': [
+        dict(observation=np.full(3, t, np.float32),
+             action=np.zeros(2, np.float32), reward=np.float32(1.0),
+             discount=np.float32(1.0), is_first=t == 0,
+             is_last=ends and t == num_steps - 1, is_terminal=False)
+        for t in range(num_steps)]}
+
+  writer.add_episode(episode(4, ends=True))
+  writer.add_episode(episode(5, ends=False))  # Step 4 (mid) -> next first.
+  writer.add_episode(episode(3, ends=True))
+  writer.close()
+  return str(out)
+
+
+@pytest.fixture(scope='module')
+def served(dataset, tmp_path_factory):
+  """`pipelines.serve` for `dataset`; yields its address."""
+  server = _Background(
+      'serve', '--dataset', dataset,
+      stderr_path=tmp_path_factory.mktemp('serve') / 'stderr')
+  address = server.wait_for(r'^serving table rlds on (localhost:\d+)$')[1]
+  yield address
+  assert server.interrupt() == 0, server.stderr()
+  assert 'Traceback' not in server.stderr()
+
+
+def test_push_summary(dataset):
+  proc = _run('push', '--dataset', dataset)
+  assert proc.returncode == 0, proc.stderr
+  assert 'Traceback' not in proc.stderr
+  summary = _summary(proc.stdout)
+  assert {k: summary[k] for k in ('episodes', 'steps', 'items', 'terminated',
+                                  'truncated', 'table_size', 'evicted')} == {
+      'episodes': 3, 'steps': 63, 'items': 60, 'terminated': 0,
+      'truncated': 3, 'table_size': 60, 'evicted': 0}
+  assert summary['seconds'] > 0 and summary['steps_per_second'] > 0
+  assert summary['error'] is None and summary['checkpoint'] is None
+  assert re.search(
+      r"^push: 3 episodes \(0 terminated, 3 truncated\), 63 steps -> 60 items "
+      r"in [\d.]+ s \(\d+ steps/s\); table 'rlds' at localhost:\d+ holds 60 "
+      r'items$', proc.stdout, re.MULTILINE), proc.stdout
+  assert 'step/s' in proc.stderr  # The progress bar.
+
+
+def test_episodes_as_items_checkpoint_serve_and_restore(dataset, tmp_path):
+  checkpoint_dir = tmp_path / 'ckpt'
+  push = _Background('push', '--dataset', dataset, '--sequence_length', '0',
+                     '--checkpoint_dir', str(checkpoint_dir), '--serve',
+                     stderr_path=tmp_path / 'push.stderr')
+  address = push.wait_for(
+      r'^serving table rlds on (localhost:\d+) \(Ctrl-C to stop\)$')[1]
+  summary = _summary('\n'.join(push.lines))
+  assert (summary['episodes'], summary['steps'], summary['items'],
+          summary['table_size']) == (3, 63, 3, 3)
+  assert summary['address'] == address
+  assert summary['checkpoint'].startswith(str(checkpoint_dir))
+  assert f'push: wrote checkpoint {summary["checkpoint"]}' in push.lines
+  assert push.interrupt() == 0, push.stderr()
+  assert 'Traceback' not in push.stderr()
+  # --serve checkpoints again on the way out.
+  assert push.lines[-1].startswith(f'push: wrote checkpoint {checkpoint_dir}')
+
+  serve = _Background('serve', '--dataset', dataset, '--checkpoint_dir',
+                      str(checkpoint_dir), stderr_path=tmp_path / 'serve.err')
+  serve.wait_for(r'^serving table rlds on localhost:\d+$')
+  assert serve.lines[0] == (
+      f"serve: table 'rlds' holds 3 items (restored from {checkpoint_dir})")
+  assert serve.interrupt() == 0, serve.stderr()
+  assert 'Traceback' not in serve.stderr()
+  assert re.match(
+      rf'^serve: wrote checkpoint {checkpoint_dir}/\S+ \(3 items\)$',
+      serve.lines[-1]), serve.lines
+
+
+def test_push_into_served_table(dataset, served):
+  proc = _run('push', '--dataset', dataset, '--reverb_address', served,
+              '--max_episodes', '2')
+  assert proc.returncode == 0, proc.stderr
+  summary = _summary(proc.stdout)
+  assert (summary['episodes'], summary['steps'], summary['items'],
+          summary['truncated']) == (2, 42, 40, 2)
+  assert summary['address'] == served
+  assert summary['table_size'] == 40
+
+
+def test_missing_table(dataset, served):
+  proc = _run('push', '--dataset', dataset, '--reverb_address', served,
+              '--table', 'nope')
+  assert _error_line(proc) == (
+      f"push: error: no table 'nope' on the Reverb server at {served}; its "
+      "tables: 'rlds'")
+
+
+def test_signature_mismatch(broken_dataset, served):
+  proc = _run('push', '--dataset', broken_dataset, '--reverb_address', served)
+  assert _error_line(proc) == (
+      'push: error: Replay buffer table signature spec should match RLDS data '
+      "spec. Table 'rlds' vs data: observation: table float32[None,17] vs "
+      'data float32[None,3]; action: table float32[None,6] vs data '
+      'float32[None,2].')
+
+
+def test_invalid_episode(broken_dataset):
+  proc = _run('push', '--dataset', broken_dataset)
+  error = _error_line(proc)
+  assert error.startswith(
+      'push: error: Mid step should not be followed by a first step.')
+  assert 'episode 1' in error and 'step 4' in error, error
+  assert '3 items were already written' in error, error
+  # What was written before the bad episode is still reported.
+  summary = _summary(proc.stdout)
+  assert (summary['episodes'], summary['items']) == (1, 3)
+  assert summary['error'] == error[len('push: error: '):]
+
+
+def test_unreachable_address(dataset):
+  address = f'localhost:{_unused_port()}'
+  start = time.monotonic()
+  proc = _run('push', '--dataset', dataset, '--reverb_address', address)
+  assert time.monotonic() - start < 15
+  assert _error_line(proc) == (
+      f'push: error: cannot reach Reverb server at {address}: connection '
+      'refused (is a server running there?)')
+
+
+@pytest.mark.parametrize('dataset_arg, expected', [
+    ('no_such_dataset_xyz',
+     "push: error: 'no_such_dataset_xyz' is not a known TFDS dataset"),
+    ('/no/such/dir', 'push: error: dataset path /no/such/dir does not exist'),
+])
+def test_unknown_dataset(dataset_arg, expected):
+  proc = _run('push', '--dataset', dataset_arg)
+  assert _error_line(proc).startswith(expected)
+
+
+def test_dataset_not_available_offline(tmp_path):
+  proc = _run('push', '--dataset', 'd4rl_mujoco_halfcheetah/v2-medium',
+              '--data_dir', str(tmp_path), '--nodownload')
+  assert _error_line(proc).startswith(
+      "push: error: TFDS dataset 'd4rl_mujoco_halfcheetah/v2-medium' is not "
+      f'prepared in {tmp_path}')
+
+
+def test_bad_flag_value(dataset):
+  proc = _run('push', '--dataset', dataset, '--sequence_length', '-1')
+  assert _error_line(proc) == (
+      'push: error: flag --sequence_length=-1: must be a positive integer, or '
+      '0 or none for whole episodes')
+
+
+@pytest.mark.parametrize('module', ['push', 'serve'])
+def test_help_lists_every_flag(module):
+  source = (REPO / 'pipelines' / f'{module}.py').read_text()
+  names = re.findall(r"flags\.DEFINE_\w+\(\s*'(\w+)'", source)
+  assert 'dataset' in names
+  proc = _run(module, '--help')
+  assert proc.returncode == 0, proc.stderr
+  for name in names:
+    # Each flag with some help text after it.
+    assert re.search(rf'--(\[no\])?{name}: \S', proc.stdout), (name,
+                                                              proc.stdout)

@@ -1,0 +1,312 @@
+"""Tests for recording rollouts (rlds_reverb.recording) and pipelines.generate.
+
+Real MuJoCo envs and real TFDS writing/reading; tiny episodes keep it fast.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from rlds_reverb import datasets
+from rlds_reverb import recording
+from rlds_reverb import tfds_writer
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SEED = 7
+LIMIT = 20  # Env steps per HalfCheetah episode (time limit).
+
+
+def _episodes(path: str) -> list[dict[str, np.ndarray]]:
+  """Reads a dataset back as a list of {field: stacked array over steps}."""
+  out = []
+  for episode in datasets.load(path):
+    steps = list(episode['steps'].as_numpy_iterator())
+    out.append({
+        key: np.stack([s[key] for s in steps])
+        for key in steps[0] if key != 'infos'
+    } | {
+        f'infos/{key}': np.stack([s['infos'][key] for s in steps])
+        for key in steps[0]['infos']
+    })
+  return out
+
+
+@pytest.fixture(scope='module')
+def cheetah(tmp_path_factory):
+  """3 HalfCheetah episodes on 2 sub-envs, so one episode follows a reset."""
+  out = str(tmp_path_factory.mktemp('cheetah'))
+  summary = recording.generate_dataset(
+      'HalfCheetah-v5', 'random', 3, out, seed=SEED, num_envs=2,
+      max_episode_steps=LIMIT, show_progress=False)
+  return summary, _episodes(out)
+
+
+def test_summary_counts_what_was_written(cheetah):
+  summary, episodes = cheetah
+  assert (summary.num_episodes, summary.num_env_steps) == (3, 3 * LIMIT)
+  assert len(episodes) == 3
+  returns = [ep['reward'].sum() for ep in episodes]
+  assert summary.mean_return == pytest.approx(np.mean(returns), rel=1e-5)
+
+
+def test_on_disk_layout(cheetah):
+  summary, _ = cheetah
+  out = pathlib.Path(summary.out_dir)
+  version_dir = out / 'halfcheetah_v5_random' / '1.0.0'
+  assert summary.dataset_dir == str(version_dir)
+  assert (out / tfds_writer.COMPLETE_MARKER).is_file()
+  assert sorted(p.name for p in out.iterdir()) == [
+      '.complete', 'halfcheetah_v5_random']
+  names = {p.name for p in version_dir.iterdir()}
+  assert {'dataset_info.json', 'features.json'} <= names
+  assert any(n.startswith('halfcheetah_v5_random-train.tfrecord-') for n in names)
+  builder = tfds.builder_from_directory(summary.dataset_dir)
+  assert builder.info.splits['train'].num_examples == 3
+  assert len(list(builder.as_dataset(split='train'))) == 3
+
+
+def test_episode_flags_follow_rlds(cheetah):
+  _, episodes = cheetah
+  for ep in episodes:
+    n = len(ep['is_first'])
+    assert n == LIMIT + 1
+    assert ep['is_first'].tolist() == [True] + [False] * LIMIT
+    assert ep['is_last'].tolist() == [False] * LIMIT + [True]
+    assert not ep['is_terminal'].any()  # HalfCheetah only truncates.
+    np.testing.assert_array_equal(ep['discount'], np.ones(n))
+    np.testing.assert_array_equal(ep['action'][-1], np.zeros(6))
+    assert ep['reward'][-1] == 0.0
+    assert np.all(np.isfinite(ep['observation']))
+    assert np.all(np.abs(ep['action'][:-1]) <= 1.0)
+    np.testing.assert_allclose(ep['infos/action_log_probs'][:-1],
+                               -6 * np.log(2.0))
+
+
+def test_step_features_equal_d4rl(cheetah):
+  summary, _ = cheetah
+  with datasets.gcs_disabled():
+    d4rl = tfds.builder('d4rl_mujoco_halfcheetah/v2-random',
+                        data_dir=os.path.join(summary.out_dir, 'no_d4rl'))
+  ours = tfds.builder_from_directory(summary.dataset_dir)
+  assert (ours.info.features['steps'].to_json_content() ==
+          d4rl.info.features['steps'].to_json_content())
+  assert (datasets.load(summary.out_dir).element_spec['steps'] ==
+          d4rl.info.features['steps'].get_tensor_spec())
+
+
+def test_episodes_replay_in_a_fresh_env(cheetah):
+  """The first episode of sub-env i replays from reset(seed=SEED + i)."""
+  _, episodes = cheetah
+  env = gym.make('HalfCheetah-v5', max_episode_steps=LIMIT)
+  for i, ep in enumerate(episodes[:2]):
+    obs, _ = env.reset(seed=SEED + i)
+    np.testing.assert_array_equal(ep['observation'][0], obs.astype(np.float32))
+    for t in range(LIMIT):
+      obs, reward, terminated, truncated, _ = env.step(ep['action'][t])
+      np.testing.assert_array_equal(ep['observation'][t + 1],
+                                    obs.astype(np.float32))
+      assert ep['reward'][t] == np.float32(reward)
+      assert not terminated and truncated == (t == LIMIT - 1)
+
+
+def test_every_transition_replays_from_its_recorded_state(cheetah):
+  """(qpos_t, qvel_t, a_t) -> (r_t, o_t+1, qpos_t+1): aligns all fields.
+
+  Covers the third episode too, which started from an autoreset.
+  """
+  _, episodes = cheetah
+  env = gym.make('HalfCheetah-v5').unwrapped
+  env.reset(seed=0)
+  for ep in episodes:
+    assert not np.array_equal(ep['infos/qpos'][-1], ep['infos/qpos'][-2])
+    for t in range(LIMIT):
+      env.set_state(ep['infos/qpos'][t], ep['infos/qvel'][t])
+      obs, reward, _, _, _ = env.step(ep['action'][t])
+      np.testing.assert_allclose(ep['reward'][t], reward, rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(ep['observation'][t + 1], obs, rtol=1e-5,
+                                 atol=1e-5)
+      # Solver warm-starts differ from the recording run: tiny differences.
+      np.testing.assert_allclose(ep['infos/qpos'][t + 1], env.data.qpos,
+                                 atol=1e-6)
+
+
+def test_terminated_episodes_end_in_terminal_steps(tmp_path):
+  """InvertedPendulum falls fast under random actions: lengths vary."""
+  recording.generate_dataset('InvertedPendulum-v5', 'random', 4,
+                             str(tmp_path), seed=1, num_envs=3,
+                             show_progress=False)
+  episodes = _episodes(str(tmp_path))
+  assert len(episodes) == 4
+  assert len({len(ep['reward']) for ep in episodes}) > 1
+  for ep in episodes:
+    n = len(ep['reward'])
+    assert 1 < n < 1001
+    assert ep['is_terminal'].tolist() == [False] * (n - 1) + [True]
+    assert ep['is_last'].tolist() == [False] * (n - 1) + [True]
+    # The observation is (qpos, qvel): infos line up with it on every step.
+    np.testing.assert_allclose(
+        ep['observation'],
+        np.concatenate([ep['infos/qpos'], ep['infos/qvel']], axis=1),
+        rtol=1e-6, atol=1e-6)
+
+
+def test_non_mujoco_box_env_has_no_physics_infos(tmp_path):
+  recording.generate_dataset('Pendulum-v1', 'random', 2, str(tmp_path),
+                             seed=0, max_episode_steps=5, show_progress=False)
+  ds = datasets.load(str(tmp_path))
+  steps = ds.element_spec['steps'].element_spec
+  assert steps['observation'].shape == (3,)
+  assert steps['action'].shape == (1,)
+  assert set(steps['infos']) == {'action_log_probs'}
+  episodes = _episodes(str(tmp_path))
+  assert [len(ep['reward']) for ep in episodes] == [6, 6]
+  np.testing.assert_allclose(episodes[0]['infos/action_log_probs'][:-1],
+                             -np.log(4.0))
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    ({'policy': 'greedy'}, "unknown policy 'greedy'"),
+    ({'env_id': 'NoSuchEnv-v0'}, "unknown env id 'NoSuchEnv-v0'"),
+    ({'env_id': 'CartPole-v1'}, 'action space must be a Box'),
+    ({'num_episodes': 0}, 'num_episodes must be > 0, got 0'),
+    ({'num_envs': -1}, 'num_envs must be > 0, got -1'),
+    ({'max_episode_steps': 0}, 'max_episode_steps must be > 0, got 0'),
+    ({'seed': -1}, 'seed must be >= 0, got -1'),
+])
+def test_bad_arguments_raise_before_writing(tmp_path, kwargs, match):
+  args = {'env_id': 'HalfCheetah-v5', 'policy': 'random', 'num_episodes': 1,
+          'out_dir': str(tmp_path / 'out')} | kwargs
+  with pytest.raises(ValueError, match=re.escape(match)):
+    recording.generate_dataset(**args, show_progress=False)
+  assert not (tmp_path / 'out').exists()
+
+
+def test_env_without_time_limit_needs_max_episode_steps(tmp_path):
+  gym.register('NoLimitPendulum-v0',
+               entry_point='gymnasium.envs.classic_control:PendulumEnv')
+  with pytest.raises(ValueError, match='has no time limit'):
+    recording.generate_dataset('NoLimitPendulum-v0', 'random', 1,
+                               str(tmp_path / 'out'), show_progress=False)
+  assert not (tmp_path / 'out').exists()
+
+
+def test_unbounded_action_space_has_no_random_policy():
+  with pytest.raises(ValueError, match='bounded action space'):
+    recording.make_random_policy(gym.spaces.Box(-np.inf, np.inf, (2,)), 0)
+
+
+def test_out_dir_overwrite_rules(tmp_path):
+  out = tmp_path / 'out'
+  kwargs = dict(seed=0, max_episode_steps=3, show_progress=False)
+  recording.generate_dataset('Pendulum-v1', 'random', 1, str(out), **kwargs)
+  with pytest.raises(FileExistsError, match='not empty'):
+    recording.generate_dataset('Pendulum-v1', 'random', 2, str(out), **kwargs)
+  summary = recording.generate_dataset('Pendulum-v1', 'random', 2, str(out),
+                                       overwrite=True, **kwargs)
+  assert summary.num_episodes == 2 and len(_episodes(str(out))) == 2
+  # A non-empty dir that is not generated data is never deleted.
+  precious = tmp_path / 'precious'
+  precious.mkdir()
+  (precious / 'notes.txt').write_text('keep me')
+  with pytest.raises(FileExistsError, match='refusing to delete'):
+    recording.generate_dataset('Pendulum-v1', 'random', 1, str(precious),
+                               overwrite=True, **kwargs)
+  assert (precious / 'notes.txt').read_text() == 'keep me'
+
+
+def test_output_dir_cleans_up_a_failed_write(tmp_path):
+  out = tmp_path / 'out'
+  with pytest.raises(KeyboardInterrupt):
+    with tfds_writer.output_dir(str(out)):
+      (out / 'partial').mkdir()
+      raise KeyboardInterrupt
+  assert not out.exists()  # It did not exist before.
+  out.mkdir()
+  with pytest.raises(RuntimeError):
+    with tfds_writer.output_dir(str(out)):
+      (out / 'partial').mkdir()
+      raise RuntimeError('write failed')
+  assert out.is_dir() and not any(out.iterdir())  # Empty, as it was.
+  with tfds_writer.output_dir(str(out)):
+    (out / 'data').write_text('x')
+  assert sorted(p.name for p in out.iterdir()) == ['.complete', 'data']
+
+
+def test_output_dir_must_not_be_a_file(tmp_path):
+  (tmp_path / 'file').write_text('x')
+  with pytest.raises(FileExistsError, match='is not a directory'):
+    with tfds_writer.output_dir(str(tmp_path / 'file'), overwrite=True):
+      pass
+  assert (tmp_path / 'file').read_text() == 'x'
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, '-m', 'pipelines.generate', *args], cwd=REPO,
+      capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_cli_writes_the_same_data_as_the_library(tmp_path, cheetah):
+  out = tmp_path / 'cli'
+  result = _cli('--env', 'HalfCheetah-v5', '--policy', 'random',
+                '--episodes', '3', '--num_envs', '2', '--seed', str(SEED),
+                '--max_episode_steps', str(LIMIT), '--out', str(out))
+  assert result.returncode == 0, result.stderr
+  summary = result.stdout.strip().splitlines()[-1]
+  assert re.fullmatch(
+      rf'generate: 3 episodes, {3 * LIMIT} steps, mean return -?\d+\.\d{{3}}, '
+      rf'\d+ steps/s, wrote {re.escape(str(out))}', summary), summary
+  assert f'{cheetah[0].mean_return:.3f}' in summary
+  assert (out / '.complete').is_file()
+  episodes = _episodes(str(out))
+  assert len(episodes) == 3
+  for ours, lib in zip(episodes, cheetah[1]):
+    for key in lib:
+      np.testing.assert_array_equal(ours[key], lib[key], err_msg=key)
+
+
+_CLI_ERRORS = {
+    'unknown_env': (['--env', 'NoSuchEnv-v0'], "unknown env id 'NoSuchEnv-v0'"),
+    'unknown_policy': (['--policy', 'greedy'], "unknown policy 'greedy'"),
+    'zero_episodes': (['--episodes', '0'], 'num_episodes must be > 0, got 0'),
+    'out_not_empty': (['--out', None], 'is not empty'),
+}
+
+
+def test_cli_errors_are_one_line(tmp_path):
+  """Each bad invocation exits non-zero with one `generate: error:` line.
+
+  The runs go in parallel (each is mostly import time) and in one test, so
+  pytest-xdist does not start them once per worker.
+  """
+  runs = {}
+  for name, ((flag, value), _) in _CLI_ERRORS.items():
+    out = tmp_path / name
+    flags = {'--env': 'HalfCheetah-v5', '--policy': 'random',
+             '--episodes': '1', '--max_episode_steps': '2', '--out': str(out)}
+    if value is None:  # An existing, non-empty out dir.
+      out.mkdir()
+      (out / 'x').write_text('x')
+    else:
+      flags[flag] = value
+    runs[name] = subprocess.Popen(
+        [sys.executable, '-m', 'pipelines.generate',
+         *[part for item in flags.items() for part in item]],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  for name, proc in runs.items():
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0, name
+    assert 'Traceback' not in stderr, (name, stderr)
+    errors = [l for l in stderr.splitlines() if 'error' in l.lower()]
+    assert errors == [stderr.strip().splitlines()[-1]], (name, stderr)
+    assert errors[0].startswith('generate: error: '), (name, errors)
+    assert _CLI_ERRORS[name][1] in errors[0], (name, errors)
+    assert not (tmp_path / name / '.complete').exists(), name
+  assert (tmp_path / 'out_not_empty' / 'x').read_text() == 'x'

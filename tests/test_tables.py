@@ -1,0 +1,387 @@
+"""Tests for rlds_reverb.tables, against real Reverb servers."""
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import reverb
+import tensorflow as tf
+from tf_agents.replay_buffers import reverb_replay_buffer
+from tf_agents.replay_buffers import reverb_utils
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import policy_step
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from rlds_reverb import tables
+
+_OBS_DIM = 3
+_ACTION_DIM = 2
+
+
+def _data_spec(obs_dim: int = _OBS_DIM) -> trajectory.Trajectory:
+  """A trajectory spec as `create_trajectory_data_spec` builds it."""
+  time_step_spec = ts.time_step_spec(
+      tf.TensorSpec([obs_dim], tf.float32), tf.TensorSpec([], tf.float32))
+  action_spec = policy_step.PolicyStep(tf.TensorSpec([_ACTION_DIM], tf.float32))
+  return trajectory.from_transition(time_step_spec, action_spec, time_step_spec)
+
+
+def _trajectories(num_steps: int):
+  """One episode of `num_steps` trajectories with distinct observations."""
+  for t in range(num_steps):
+    if t == 0:
+      step_type, next_type = ts.StepType.FIRST, ts.StepType.MID
+    elif t == num_steps - 1:
+      step_type, next_type = ts.StepType.LAST, ts.StepType.FIRST
+    else:
+      step_type, next_type = ts.StepType.MID, ts.StepType.MID
+    if t == num_steps - 2:
+      next_type = ts.StepType.LAST
+    yield trajectory.Trajectory(
+        step_type=np.int32(step_type),
+        observation=np.full([_OBS_DIM], t, np.float32),
+        action=np.full([_ACTION_DIM], -t, np.float32),
+        policy_info=(),
+        next_step_type=np.int32(next_type),
+        reward=np.float32(t / 10),
+        discount=np.float32(1.0),
+    )
+
+
+def _write(client: reverb.Client, table: str, num_steps: int,
+           sequence_length: int = 2) -> None:
+  """Writes one episode with TF-Agents' own observer, flushed."""
+  observer = reverb_utils.ReverbAddTrajectoryObserver(
+      client, table, sequence_length=sequence_length, stride_length=1)
+  for traj in _trajectories(num_steps):
+    observer(traj)
+  observer.flush()
+  observer.close()
+
+
+def _contents(client: reverb.Client, table: str, size: int) -> dict:
+  """Maps item key -> its data, sampling until every item has been seen."""
+  seen = {}
+  for _ in range(50):
+    for sample in client.sample(table, num_samples=20 * size):
+      key = int(sample[0].info.key)
+      seen[key] = [tuple(np.asarray(x).tolist() for x in step.data)
+                   for step in sample]
+    if len(seen) == size:
+      break
+  return seen
+
+
+def _tempdir(test: absltest.TestCase) -> str:
+  # absltest's create_tempdir needs parsed absl flags, which pytest skips.
+  path = tempfile.mkdtemp()
+  test.addCleanup(shutil.rmtree, path, ignore_errors=True)
+  return path
+
+
+def _unused_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(('', 0))
+    return s.getsockname()[1]
+
+
+class MakeTableTest(parameterized.TestCase):
+
+  def test_signature_is_data_spec_with_outer_time_dim(self):
+    table = tables.make_table('t', _data_spec(), max_size=10)
+    self.assertEqual(table.info.signature,
+                     tensor_spec.add_outer_dim(_data_spec()))
+    self.assertEqual(table.info.signature.observation.shape.as_list(),
+                     [None, _OBS_DIM])
+
+  @parameterized.named_parameters(
+      ('uniform', 'uniform', 'uniform'),
+      ('fifo', 'fifo', 'fifo'),
+      ('lifo', 'lifo', 'lifo'),
+      ('prioritized', 'prioritized', 'prioritized'),
+  )
+  def test_sampler(self, sampler, option):
+    table = tables.make_table('t', _data_spec(), max_size=10, sampler=sampler,
+                              alpha=0.7)
+    self.assertTrue(table.info.sampler_options.HasField(option))
+    if sampler == 'prioritized':
+      self.assertAlmostEqual(
+          table.info.sampler_options.prioritized.priority_exponent, 0.7)
+
+  def test_remover_and_rate_limiter(self):
+    table = tables.make_table('t', _data_spec(), max_size=10, remover='lifo',
+                              min_size_to_sample=4)
+    self.assertTrue(table.info.remover_options.HasField('lifo'))
+    self.assertEqual(table.info.rate_limiter_info.min_size_to_sample, 4)
+    self.assertEqual(table.info.max_size, 10)
+
+  @parameterized.named_parameters(
+      dict(testcase_name='empty_name', kwargs=dict(name=''), match='name'),
+      dict(testcase_name='empty_spec', kwargs=dict(data_spec=()),
+           match='data_spec'),
+      dict(testcase_name='zero_max_size', kwargs=dict(max_size=0),
+           match='max_size must be a positive integer, got 0'),
+      dict(testcase_name='float_max_size', kwargs=dict(max_size=1.5),
+           match='max_size'),
+      dict(testcase_name='zero_sequence_length',
+           kwargs=dict(sequence_length=0),
+           match='sequence_length must be a positive integer or None'),
+      dict(testcase_name='bad_sampler', kwargs=dict(sampler='random'),
+           match="sampler must be one of 'uniform', 'fifo'.*got 'random'"),
+      dict(testcase_name='bad_remover', kwargs=dict(remover='prioritized'),
+           match="remover must be one of .*got 'prioritized'"),
+      dict(testcase_name='negative_alpha', kwargs=dict(alpha=-1.0),
+           match='alpha must be >= 0'),
+      dict(testcase_name='zero_min_size', kwargs=dict(min_size_to_sample=0),
+           match=(r'min_size_to_sample must be an integer in '
+                  r'\[1, max_size=10\]')),
+      dict(testcase_name='min_size_above_max_size',
+           kwargs=dict(min_size_to_sample=11),
+           match='never be sampled'),
+  )
+  def test_bad_arguments(self, kwargs, match):
+    args = dict(name='t', data_spec=_data_spec(), max_size=10)
+    args.update(kwargs)
+    with self.assertRaisesRegex(ValueError, match):
+      tables.make_table(args.pop('name'), args.pop('data_spec'), **args)
+
+  def test_whole_episode_sequence_length_is_allowed(self):
+    table = tables.make_table('t', _data_spec(), max_size=10,
+                              sequence_length=None)
+    self.assertEqual(table.name, 't')
+
+
+class ServerTest(parameterized.TestCase):
+  """Table lookups and the TF-Agents read path on one class-scoped server."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls._server = tables.start_server([
+        tables.make_table('a', _data_spec(), max_size=100),
+        tables.make_table('b', _data_spec(obs_dim=5), max_size=100),
+    ])
+    cls._client = tables.connect(f'localhost:{cls._server.port}')
+
+  @classmethod
+  def tearDownClass(cls):
+    cls._server.stop()
+    super().tearDownClass()
+
+  def tearDown(self):
+    self._client.reset('a')
+    self._client.reset('b')
+    super().tearDown()
+
+  def test_tf_agents_replay_buffer_reads_the_table(self):
+    _write(self._client, 'a', num_steps=6)
+    self.assertEqual(tables.get_table_info(self._client, 'a').current_size, 5)
+    replay = reverb_replay_buffer.ReverbReplayBuffer(
+        _data_spec(), 'a', sequence_length=2, local_server=self._server)
+    dataset = replay.as_dataset(sample_batch_size=4, num_steps=2)
+    experience, _ = next(iter(dataset))
+    self.assertEqual(experience.observation.shape, [4, 2, _OBS_DIM])
+    self.assertEqual(experience.action.shape, [4, 2, _ACTION_DIM])
+    # Each item is two consecutive steps of the episode.
+    obs = experience.observation.numpy()[:, :, 0]
+    np.testing.assert_array_equal(obs[:, 1] - obs[:, 0], np.ones(4))
+
+  def test_get_table_signature(self):
+    self.assertEqual(tables.get_table_signature(self._client, 'b'),
+                     tensor_spec.add_outer_dim(_data_spec(obs_dim=5)))
+
+  def test_missing_table_names_it_and_lists_existing(self):
+    with self.assertRaisesRegex(
+        tables.TableNotFoundError,
+        "no table 'nope' on the Reverb server at localhost:\\d+; "
+        "its tables: 'a', 'b'") as raised:
+      tables.get_table_signature(self._client, 'nope')
+    self.assertIsInstance(raised.exception, KeyError)
+    self.assertIsInstance(raised.exception, ValueError)
+
+  def test_check_signature_accepts_matching_spec(self):
+    tables.check_signature(self._client, 'a', _data_spec())
+
+  def test_check_signature_mismatch(self):
+    with self.assertRaisesRegex(
+        ValueError,
+        r"^Replay buffer table signature spec should match RLDS data spec\. "
+        r"Table 'b' vs data: observation: table float32\[None,5\] vs data "
+        r"float32\[None,3\]\.$"):
+      tables.check_signature(self._client, 'b', _data_spec())
+
+  def test_check_signature_missing_table(self):
+    with self.assertRaises(tables.TableNotFoundError):
+      tables.check_signature(self._client, 'nope', _data_spec())
+
+  def test_check_signature_on_table_without_signature(self):
+    server = reverb.Server([reverb.Table.queue('plain', 10)])
+    try:
+      client = tables.connect(f'localhost:{server.port}')
+      with self.assertRaisesRegex(ValueError, 'has no signature'):
+        tables.check_signature(client, 'plain', _data_spec())
+    finally:
+      server.stop()
+
+  def test_describe_spec_differences(self):
+    data = {'x': tf.TensorSpec([3], tf.float32, name='x'),
+            'y': tf.TensorSpec([], tf.int32)}
+    table = {'x': tf.TensorSpec([3], tf.float64, name='z'),
+             'w': tf.TensorSpec([1], tf.bool)}
+    self.assertEqual(
+        tables.describe_spec_differences(table, data),
+        "x: table float64[3] name='z' vs data float32[3] name='x'; "
+        'y: only in data (int32[]); w: only in table (bool[1])')
+    self.assertEqual(tables.describe_spec_differences(data, data),
+                     'no differences')
+
+
+class StartServerAndConnectTest(parameterized.TestCase):
+
+  def test_checkpoint_round_trip(self):
+    checkpoint_dir = os.path.join(_tempdir(self), 'ckpt')
+    server = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=100)],
+        checkpoint_dir=checkpoint_dir)
+    client = tables.connect(f'localhost:{server.port}')
+    _write(client, 't', num_steps=5)
+    _write(client, 't', num_steps=4, sequence_length=3)
+    size = tables.get_table_info(client, 't').current_size
+    self.assertEqual(size, 4 + 2)
+    before = _contents(client, 't', size)
+    self.assertLen(before, size)
+    path = tables.checkpoint(client)
+    self.assertTrue(path.startswith(checkpoint_dir), path)
+    self.assertTrue(os.path.isdir(path))
+    server.stop()
+
+    # A fresh, empty table of the same name: the checkpoint fills it.
+    restored = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=100)],
+        checkpoint_dir=checkpoint_dir)
+    try:
+      client = tables.connect(f'localhost:{restored.port}')
+      self.assertEqual(tables.get_table_info(client, 't').current_size, size)
+      self.assertEqual(_contents(client, 't', size), before)
+      tables.check_signature(client, 't', _data_spec())
+    finally:
+      restored.stop()
+
+  def test_checkpoint_with_unknown_table_fails_naming_dir(self):
+    checkpoint_dir = _tempdir(self)
+    server = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=10)],
+        checkpoint_dir=checkpoint_dir)
+    tables.checkpoint(tables.connect(f'localhost:{server.port}'))
+    server.stop()
+    with self.assertRaisesRegex(
+        ValueError, f'cannot restore the checkpoint in {checkpoint_dir}: '
+        ".*'t'.*not found"):
+      tables.start_server(
+          [tables.make_table('other', _data_spec(), max_size=10)],
+          checkpoint_dir=checkpoint_dir)
+
+  def test_start_table_server_restores_and_checks_signature(self):
+    checkpoint_dir = _tempdir(self)
+    server = tables.start_table_server('t', _data_spec(), max_size=10,
+                                       checkpoint_dir=checkpoint_dir)
+    client = tables.connect(f'localhost:{server.port}')
+    _write(client, 't', num_steps=3)
+    tables.checkpoint(client)
+    server.stop()
+
+    restored = tables.start_table_server('t', _data_spec(), max_size=10,
+                                         checkpoint_dir=checkpoint_dir)
+    try:
+      client = tables.connect(f'localhost:{restored.port}')
+      self.assertEqual(tables.get_table_info(client, 't').current_size, 2)
+    finally:
+      restored.stop()
+    with self.assertRaisesRegex(
+        ValueError, f"^the checkpoint in {checkpoint_dir} holds another table "
+        "'t' than the data needs: Replay buffer table signature spec should "
+        r'match RLDS data spec\. .*observation: table float32\[None,3\] vs '
+        r'data float32\[None,5\]'):
+      tables.start_table_server('t', _data_spec(obs_dim=5), max_size=10,
+                                checkpoint_dir=checkpoint_dir)
+
+  def test_checkpoint_dir_that_is_a_file(self):
+    path = os.path.join(_tempdir(self), 'file')
+    with open(path, 'w') as f:
+      f.write('not a directory')
+    with self.assertRaisesRegex(ValueError, 'is not a directory'):
+      tables.start_server([tables.make_table('t', _data_spec(), max_size=10)],
+                          checkpoint_dir=path)
+
+  def test_no_tables(self):
+    with self.assertRaisesRegex(ValueError, 'at least one'):
+      tables.start_server([])
+
+  @parameterized.parameters(0, 70000, -1, 1.5)
+  def test_bad_port(self, port):
+    with self.assertRaisesRegex(ValueError, r'port must be an integer in'):
+      tables.start_server([tables.make_table('t', _data_spec(), max_size=10)],
+                          port=port)
+
+  def test_port_in_use(self):
+    server = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=10)])
+    try:
+      with self.assertRaisesRegex(OSError, f'port {server.port}.*in use'):
+        tables.start_server(
+            [tables.make_table('t', _data_spec(), max_size=10)],
+            port=server.port)
+    finally:
+      server.stop()
+
+  def test_start_on_given_port(self):
+    port = _unused_port()
+    server = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=10)], port=port)
+    try:
+      self.assertEqual(server.port, port)
+      tables.connect(f'localhost:{port}')
+    finally:
+      server.stop()
+
+  def test_connect_to_unused_port_fails_fast(self):
+    address = f'localhost:{_unused_port()}'
+    start = time.monotonic()
+    with self.assertRaisesRegex(
+        ConnectionError,
+        f'cannot reach Reverb server at {address}: connection refused'):
+      tables.connect(address, timeout_s=5.0)
+    self.assertLess(time.monotonic() - start, 1.0)
+
+  def test_connect_to_silent_listener_times_out(self):
+    # Accepts TCP connections but never speaks gRPC: only the deadline helps.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+      listener.bind(('127.0.0.1', 0))
+      listener.listen()
+      address = f'127.0.0.1:{listener.getsockname()[1]}'
+      start = time.monotonic()
+      with self.assertRaisesRegex(
+          ConnectionError,
+          f'cannot reach Reverb server at {address}: no answer within 1s'):
+        tables.connect(address, timeout_s=1.0)
+      self.assertLess(time.monotonic() - start, 4.0)
+
+  @parameterized.named_parameters(
+      dict(testcase_name='empty_address', address='', timeout_s=1.0,
+           match='address must be'),
+      dict(testcase_name='zero_timeout', address='localhost:1', timeout_s=0,
+           match='timeout_s must be > 0'),
+  )
+  def test_connect_bad_arguments(self, address, timeout_s, match):
+    with self.assertRaisesRegex(ValueError, match):
+      tables.connect(address, timeout_s=timeout_s)
+
+
+if __name__ == '__main__':
+  absltest.main()
