@@ -48,6 +48,10 @@ class EpisodeTrajectories(NamedTuple):
   episode_index: Any  # int64 scalar: position of the episode in the dataset.
   trajectory: trajectory.Trajectory  # every field [num_steps, ...]
   is_terminal: Any  # bool [num_steps]: the RLDS `is_terminal` of each step.
+  # Index of the episode whose first step follows this one; the number of
+  # episodes for the last. The empty episodes skipped in between are
+  # `next_episode_index - episode_index - 1`.
+  next_episode_index: Any
 
 
 def get_rlds_step_features() -> List[str]:
@@ -170,6 +174,7 @@ def _episode_to_trajectories(
     episode_index: tf.Tensor,
     steps: Dict[str, Any],
     next_step: Dict[str, Any],
+    next_episode_index: tf.Tensor,
     policy_info_fn: PolicyInfoFn,
     zero_terminal_discount: bool,
 ) -> EpisodeTrajectories:
@@ -203,7 +208,8 @@ def _episode_to_trajectories(
       reward=cur[rlds.REWARD],
       discount=discount,
   )
-  return EpisodeTrajectories(episode_index, traj, cur[rlds.IS_TERMINAL])
+  return EpisodeTrajectories(episode_index, traj, cur[rlds.IS_TERMINAL],
+                             next_episode_index)
 
 
 def _batch_steps(steps: tf.data.Dataset) -> Dict[str, tf.Tensor]:
@@ -231,7 +237,8 @@ def convert_rlds_to_episodes(
   """Converts RLDS data to one `EpisodeTrajectories` element per episode.
 
   The trajectories are those of `convert_rlds_to_trajectories` grouped by the
-  RLDS episode they come from; empty episodes are skipped (they hold no step).
+  RLDS episode they come from; empty episodes are skipped (they hold no step;
+  `next_episode_index` tells how many were skipped).
   Each episode is validated as a whole: iterating raises
   `tf.errors.InvalidArgumentError` at the first invalid episode, naming its
   index and the step, before any of its trajectories is returned.
@@ -253,32 +260,33 @@ def convert_rlds_to_episodes(
       valid.
   """
   step_spec = _step_spec(rlds_data)
-  episodes = (
-      rlds_data.enumerate()
-      .map(lambda i, episode: (i, _batch_steps(episode[rlds.STEPS])),
-           num_parallel_calls=num_parallel_calls, deterministic=True)
-      .filter(lambda i, steps: _num_steps(steps) > 0)
-  )
   # A one-step sentinel episode: TF-Agents' padding step {is_first: True}.
+  # Enumerated after the real episodes, its index is their count.
   padding = rlds.transformations.zeros_from_spec(step_spec)
   padding[rlds.IS_FIRST] = tf.constant(True)
-  sentinel = (tf.constant(-1, tf.int64),
-              tf.nest.map_structure(lambda x: x[tf.newaxis], padding))
-  episodes = episodes.concatenate(tf.data.Dataset.from_tensors(sentinel))
+  sentinel = tf.nest.map_structure(lambda x: x[tf.newaxis], padding)
+  episodes = (
+      rlds_data.map(lambda episode: _batch_steps(episode[rlds.STEPS]),
+                    num_parallel_calls=num_parallel_calls, deterministic=True)
+      .concatenate(tf.data.Dataset.from_tensors(sentinel))
+      .enumerate()
+      .filter(lambda index, steps: _num_steps(steps) > 0)
+  )
 
   # Emit each episode together with the first step of the one after it.
   def carry_previous(previous, current):
     output = (previous[0], previous[1],
-              tf.nest.map_structure(lambda x: x[0], current[1]))
+              tf.nest.map_structure(lambda x: x[0], current[1]), current[0])
     return current, output
 
-  initial = (tf.constant(-2, tf.int64), tf.nest.map_structure(
-      lambda x: tf.zeros_like(x)[:0], sentinel[1]))
+  initial = (tf.constant(-1, tf.int64),
+             tf.nest.map_structure(lambda x: tf.zeros_like(x)[:0], sentinel))
   pairs = episodes.scan(initial, carry_previous).filter(
-      lambda index, steps, next_step: index >= 0)
+      lambda index, steps, next_step, next_index: index >= 0)
   return pairs.map(
-      lambda index, steps, next_step: _episode_to_trajectories(
-          index, steps, next_step, policy_info_fn, zero_terminal_discount),
+      lambda index, steps, next_step, next_index: _episode_to_trajectories(
+          index, steps, next_step, next_index, policy_info_fn,
+          zero_terminal_discount),
       num_parallel_calls=num_parallel_calls, deterministic=True,
   ).prefetch(tf.data.AUTOTUNE)
 

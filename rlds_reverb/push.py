@@ -25,11 +25,9 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb import convert
+from rlds_reverb import tables
 
 _LAST = int(ts.StepType.LAST)
-_SIGNATURE_MISMATCH = (
-    'Replay buffer table signature spec should match RLDS data spec.'
-)
 # Steps per chunk of the window writer: larger chunks cost fewer messages and
 # compressions, too large ones delay items until the chunk closes.
 _CHUNK_LENGTH = 10
@@ -47,6 +45,7 @@ class PushStats:
   items: int = 0
   terminated: int = 0
   truncated: int = 0
+  empty_episodes: int = 0  # Episodes without steps: nothing to write.
   seconds: float = 0.0
 
   @property
@@ -86,7 +85,7 @@ def push_rlds_to_reverb(
   table_signature_spec = reverb_observer.get_table_signature()
   if table_signature_spec != tensor_spec.add_outer_dim(
       convert.create_trajectory_data_spec(rlds_data)):
-    raise ValueError(_SIGNATURE_MISMATCH)
+    raise ValueError(tables.SIGNATURE_MISMATCH)
 
   steps = 0
   for episode in convert.convert_rlds_to_episodes(
@@ -117,18 +116,17 @@ def _spec_differences(expected: Any, actual: Any) -> str:
 
 def _check_table_signature(client: reverb.Client, table_name: str,
                            expected: Any) -> None:
-  """Fails before anything is written when the table cannot hold the data."""
-  info = client.server_info()
-  if table_name not in info:
-    raise ValueError(
-        f'Table {table_name!r} does not exist on the Reverb server; it has: '
-        f'{", ".join(sorted(info)) or "no tables"}.')
-  signature = info[table_name].signature
+  """Fails before anything is written when the table cannot hold the data.
+
+  Dtypes, shapes and structure must agree; unlike TF-Agents' check, spec
+  names and bounds may differ, since they do not change what is stored.
+  """
+  signature = tables.get_table_signature(client, table_name)
   if signature is None:
     return  # A table without signature accepts anything.
   differences = _spec_differences(expected, signature)
   if differences:
-    raise ValueError(f'{_SIGNATURE_MISMATCH} {differences}.')
+    raise ValueError(f'{tables.SIGNATURE_MISMATCH} {differences}.')
 
 
 def _validate_arguments(sequence_length: Optional[int], stride_length: int,
@@ -187,8 +185,10 @@ class _WindowWriter:
         self._cached = 0
 
   def close(self) -> None:
-    self._writer.Flush(0, -1)
-    self._writer.Close()
+    if self._writer is not None:
+      self._writer.Flush(0, -1)
+      self._writer.Close()
+      self._writer = None
 
 
 class _EpisodeWriter:
@@ -257,6 +257,22 @@ def _invalid_episode_error(error: tf.errors.InvalidArgumentError,
       error.node_def, error.op,
       f'{reason}; {items} items were already written to table '
       f'{table_name!r}, none from this episode.')
+
+
+def _count_episode(stats: PushStats, episode: convert.EpisodeTrajectories
+                   ) -> None:
+  step_type = episode.trajectory.step_type
+  if stats.episodes == 0:
+    stats.empty_episodes += int(episode.episode_index)
+  stats.empty_episodes += int(
+      episode.next_episode_index - episode.episode_index - 1)
+  stats.episodes += 1
+  stats.steps += len(step_type)
+  if step_type[-1] == _LAST:
+    if episode.is_terminal[-1]:
+      stats.terminated += 1
+    else:
+      stats.truncated += 1
 
 
 def push_rlds_to_table(
@@ -332,24 +348,18 @@ def push_rlds_to_table(
         break
       except tf.errors.InvalidArgumentError as e:
         writer.close()
-        stats.items = writer.items
         raise _invalid_episode_error(e, writer.items, table_name) from None
-      traj = episode.trajectory
-      writer.write(tf.nest.flatten(traj), traj.step_type)
-      num_steps = len(traj.step_type)
-      stats.episodes += 1
-      stats.steps += num_steps
+      writer.write(tf.nest.flatten(episode.trajectory),
+                   episode.trajectory.step_type)
+      _count_episode(stats, episode)
       stats.items = writer.items
-      if traj.step_type[-1] == _LAST:
-        if episode.is_terminal[-1]:
-          stats.terminated += 1
-        else:
-          stats.truncated += 1
       stats.seconds = time.perf_counter() - start
       if progress is not None:
-        progress(num_steps)
-    writer.close()
+        progress(len(episode.trajectory.step_type))
   finally:
+    # Whatever stopped the push, what was written reaches the server and
+    # `stats` counts it.
+    writer.close()
     stats.items = writer.items
     stats.seconds = time.perf_counter() - start
   logging.info('Wrote %d steps as %d items to Reverb table %r.', stats.steps,

@@ -27,6 +27,7 @@ from typing import Any, List, Optional, Sequence
 import reverb
 from reverb import reverb_types
 from reverb.platform import checkpointers_lib
+import tensorflow as tf
 import tree
 from tf_agents.specs import tensor_spec
 
@@ -298,25 +299,26 @@ def get_table_signature(client: reverb.Client, table: str) -> Any:
 
 
 def check_signature(client: reverb.Client, table: str, data_spec: Any) -> None:
-  """Checks that `table` stores trajectories of `data_spec`, before writing.
+  """Checks that `table` can store trajectories of `data_spec`, before writing.
 
-  The comparison is TF-Agents' (`push_rlds_to_reverb`): the table signature
-  must equal `add_outer_dim(data_spec)`, names, dtypes, shapes and nest
-  structure alike.
+  Nest structure, dtypes and shapes must agree with `add_outer_dim(data_spec)`.
+  Unlike TF-Agents' check (`!=`), spec names and bounds may differ, since
+  they do not change what is stored, and a table without a signature takes
+  anything; `push.push_rlds_to_table` judges alike.
 
   Raises:
     TableNotFoundError: If the server has no table named `table`.
     ValueError: If the signature differs; the message starts with TF-Agents'
       sentence and then lists the differences.
   """
-  expected = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec))
   actual = get_table_signature(client, table)
   if actual is None:
-    raise ValueError(f'{SIGNATURE_MISMATCH} Table {table!r} has no signature.')
-  if actual != expected:
-    differences = describe_spec_differences(actual, expected)
-    raise ValueError(
-        f'{SIGNATURE_MISMATCH} Table {table!r} vs data: {differences}.')
+    return
+  expected = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec))
+  differences = spec_differences(actual, expected)
+  if differences:
+    raise ValueError(f'{SIGNATURE_MISMATCH} Table {table!r} vs data: '
+                     f'{"; ".join(differences)}.')
 
 
 def checkpoint(client: reverb.Client) -> str:
@@ -329,39 +331,41 @@ def checkpoint(client: reverb.Client) -> str:
   return client.checkpoint()
 
 
-def describe_spec_differences(table_spec: Any, data_spec: Any) -> str:
-  """Says in one line where two spec nests differ, e.g. for an error.
+def spec_differences(table_spec: Any, data_spec: Any) -> List[str]:
+  """Lists where two spec nests disagree in what they store.
 
   Args:
     table_spec: The spec found (on the table).
     data_spec: The spec wanted (from the data).
 
   Returns:
-    '; '-separated differences such as
-    "observation: table float32[None,17] vs data float32[None,3]", or
-    'no differences'.
+    Differences of structure, dtype or shape, such as
+    "observation: table float32[None,17] vs data float32[None,3]" (at most 6,
+    then how many more); empty if the nests store the same tensors.
   """
   table_leaves = _flatten_with_paths(table_spec)
   data_leaves = _flatten_with_paths(data_spec)
   differences: List[str] = []
   for path, spec in data_leaves.items():
-    if path not in table_leaves:
+    found = table_leaves.get(path)
+    if found is None:
       differences.append(f'{path}: only in data ({_describe(spec)})')
-    elif table_leaves[path] != spec:
-      found = table_leaves[path]
-      names_differ = getattr(found, 'name', None) != getattr(spec, 'name', None)
-      differences.append(f'{path}: table {_describe(found, names_differ)} '
-                         f'vs data {_describe(spec, names_differ)}')
-  for path, spec in table_leaves.items():
-    if path not in data_leaves:
-      differences.append(f'{path}: only in table ({_describe(spec)})')
-  if not differences and table_spec != data_spec:
-    differences.append(f'nest types differ: table {type(table_spec).__name__} '
-                       f'vs data {type(data_spec).__name__}')
+    elif (found.dtype, found.shape) != (spec.dtype, spec.shape):
+      differences.append(
+          f'{path}: table {_describe(found)} vs data {_describe(spec)}')
+  differences += [f'{path}: only in table ({_describe(spec)})'
+                  for path, spec in table_leaves.items()
+                  if path not in data_leaves]
+  if not differences:
+    try:  # Same paths, but a dict is not a namedtuple (nor flattened alike).
+      tf.nest.assert_same_structure(table_spec, data_spec)
+    except (TypeError, ValueError):
+      differences.append(f'nest types differ: table {type(table_spec).__name__}'
+                         f' vs data {type(data_spec).__name__}')
   if len(differences) > _MAX_LISTED_DIFFERENCES:
     more = len(differences) - _MAX_LISTED_DIFFERENCES
     differences = differences[:_MAX_LISTED_DIFFERENCES] + [f'{more} more']
-  return '; '.join(differences) or 'no differences'
+  return differences
 
 
 def _flatten_with_paths(nest: Any) -> dict:
@@ -369,19 +373,10 @@ def _flatten_with_paths(nest: Any) -> dict:
           for path, leaf in tree.flatten_with_path(nest)}
 
 
-def _describe(spec: Any, with_name: bool = False) -> str:
-  """'float32[None,17]', plus the name and spec class where they differ."""
-  shape = getattr(spec, 'shape', None)
-  dtype = getattr(spec, 'dtype', None)
-  if shape is None or dtype is None:
-    return repr(spec)
-  dims = ','.join('None' if d is None else str(d) for d in shape.as_list())
-  text = f'{dtype.name}[{dims}]'
-  if with_name:
-    text += f' name={spec.name!r}'
-  if type(spec).__name__ != 'TensorSpec':
-    text += f' ({type(spec).__name__})'
-  return text
+def _describe(spec: Any) -> str:
+  """'float32[None,17]'."""
+  dims = ','.join('None' if d is None else str(d) for d in spec.shape.as_list())
+  return f'{spec.dtype.name}[{dims}]'
 
 
 def _make_selector(kind: str, alpha: float):

@@ -192,7 +192,9 @@ def _convert_both(dataset, policy_info_fn=None):
 
 # ------------------------------------------------------------ case tables
 
-c, t_, single = fx.complete_episode, fx.truncated_episode, fx.single_step_episode
+c = fx.complete_episode
+t_ = fx.truncated_episode
+single = fx.single_step_episode
 
 # Valid datasets on which rlds_reverb must equal TF-Agents exactly.
 MATCHING_CASES = (
@@ -243,7 +245,8 @@ class StepFeaturesAndSpecTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       dict(testcase_name='flat', episode=c(2)),
-      dict(testcase_name='dict_observation', episode=c(2, dict_observation=True)),
+      dict(testcase_name='dict_observation',
+           episode=c(2, dict_observation=True)),
       dict(testcase_name='discrete_action', episode=c(2, discrete=True)),
       dict(testcase_name='extra_fields',
            episode=c(2, infos=True, extra_field=True, log_prob=True)),
@@ -384,8 +387,10 @@ class PolicyInfoTest(parameterized.TestCase):
     # its `cur['infos']['log_prob']` is the pair [cur, nxt] (shape [2]).
     # rlds_reverb splits them: cur['infos'] is the current step's. Ours must
     # equal the reference and TF-Agents' first row.
-    fn = lambda cur, nxt: {'log_prob': cur['infos']['log_prob'],  # pylint: disable=g-long-lambda
-                           'next_counter': nxt['infos']['counter']}
+    def fn(cur, nxt):
+      return {'log_prob': cur['infos']['log_prob'],
+              'next_counter': nxt['infos']['counter']}
+
     episodes = fx.episodes_with_lengths([3, 2, 1], [True, False, True],
                                         infos=True, extra_field=True)
     ours, theirs = _convert_both(fx.make_rlds(episodes), fn)
@@ -641,7 +646,8 @@ class ZeroTerminalDiscountTest(parameterized.TestCase):
   def test_is_keyword_only(self):
     dataset = fx.make_rlds([c(2)])
     with self.assertRaises(TypeError):
-      rlds_reverb.convert_rlds_to_trajectories(dataset, None, True)  # pylint: disable=too-many-function-args
+      rlds_reverb.convert_rlds_to_trajectories(  # pylint: disable=too-many-function-args
+          dataset, None, True)
 
 
 # ------------------------------------------------------- property test

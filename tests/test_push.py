@@ -34,7 +34,9 @@ SIGNATURE_MISMATCH = (
 MID_BEFORE_FIRST = 'Mid step should not be followed by a first step.'
 _LAST = 2  # ts.StepType.LAST
 
-c, t_, single = fx.complete_episode, fx.truncated_episode, fx.single_step_episode
+c = fx.complete_episode
+t_ = fx.truncated_episode
+single = fx.single_step_episode
 
 # Lengths and endings of the main test data: short and long episodes (one
 # longer than the writer's chunk of 10 steps), single steps, an empty one.
@@ -334,7 +336,8 @@ class EpisodeItemsTest(_ServerTestCase):
                     for step in steps])
       return sorted(out)
 
-    ours, theirs = episodes_as_timesteps('ours'), episodes_as_timesteps('theirs')
+    ours = episodes_as_timesteps('ours')
+    theirs = episodes_as_timesteps('theirs')
     self.assertEqual(sorted(len(x) for x in ours),
                      sorted(n for n in _LENGTHS if n))
     self.assertEqual(ours, theirs)
@@ -470,6 +473,7 @@ class StatsTest(_ServerTestCase):
         stats=stats, progress=progress.append)
     self.assertEqual(count, 11)
     self.assertEqual(stats.episodes, 5)  # The empty episode holds no step.
+    self.assertEqual(stats.empty_episodes, 1)  # ... but is counted.
     self.assertEqual(stats.steps, 11)
     self.assertEqual(stats.items, 3 + 2 + 1)
     self.assertEqual(stats.items, self.size('ours'))
@@ -479,6 +483,14 @@ class StatsTest(_ServerTestCase):
     self.assertGreater(stats.steps_per_second, 0)
     self.assertEqual(progress, [4, 3, 1, 1, 2])
     self.assertEqual(sum(progress), count)
+
+  def test_leading_and_trailing_empty_episodes_are_counted(self):
+    episodes = [fx.empty_episode(), fx.empty_episode(), c(3, seed=1),
+                fx.empty_episode(), t_(2, seed=2), fx.empty_episode()]
+    stats = push.PushStats()
+    rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(episodes), self.client, 'ours', stats=stats)
+    self.assertEqual((stats.episodes, stats.empty_episodes), (2, 4))
 
   def test_empty_dataset(self):
     stats = push.PushStats()
