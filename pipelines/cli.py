@@ -43,8 +43,10 @@ def fail(prog: str, error: BaseException, code: int = 1) -> NoReturn:
 
 
 def flags_parser(prog: str) -> Callable[[List[str]], List[str]]:
-  """An `app.run` flags parser: one-line errors (absl prints two), and exit
-  code 0 for --help (absl's is 1)."""
+  """Returns an `app.run` flags parser with one-line errors and --help exit 0.
+
+  absl's own prints flag errors on two lines and exits 1 after --help.
+  """
 
   def parse(argv: List[str]) -> List[str]:
     try:

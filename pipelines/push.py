@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import sys
 from typing import Any, Iterator, Optional
 
 # TensorFlow's C++ start-up chatter would bury the one-line errors and the

@@ -220,26 +220,48 @@ class ServerTest(parameterized.TestCase):
     with self.assertRaises(tables.TableNotFoundError):
       tables.check_signature(self._client, 'nope', _data_spec())
 
+  def test_check_signature_ignores_names_and_bounds(self):
+    renamed = tf.nest.map_structure(
+        lambda s: tf.TensorSpec(s.shape, s.dtype, name='other'), _data_spec())
+    tables.check_signature(self._client, 'a', renamed)
+
   def test_check_signature_on_table_without_signature(self):
     server = reverb.Server([reverb.Table.queue('plain', 10)])
     try:
       client = tables.connect(f'localhost:{server.port}')
-      with self.assertRaisesRegex(ValueError, 'has no signature'):
-        tables.check_signature(client, 'plain', _data_spec())
+      tables.check_signature(client, 'plain', _data_spec())  # Takes anything.
     finally:
       server.stop()
 
-  def test_describe_spec_differences(self):
+  def test_spec_differences(self):
     data = {'x': tf.TensorSpec([3], tf.float32, name='x'),
-            'y': tf.TensorSpec([], tf.int32)}
+            'y': tf.TensorSpec([], tf.int32),
+            'v': tf.TensorSpec([2], tf.int32)}
     table = {'x': tf.TensorSpec([3], tf.float64, name='z'),
+             'v': tf.TensorSpec([4], tf.int32),
              'w': tf.TensorSpec([1], tf.bool)}
     self.assertEqual(
-        tables.describe_spec_differences(table, data),
-        "x: table float64[3] name='z' vs data float32[3] name='x'; "
-        'y: only in data (int32[]); w: only in table (bool[1])')
-    self.assertEqual(tables.describe_spec_differences(data, data),
-                     'no differences')
+        tables.spec_differences(table, data),
+        ['v: table int32[4] vs data int32[2]',
+         'x: table float64[3] vs data float32[3]',
+         'y: only in data (int32[])', 'w: only in table (bool[1])'])
+    self.assertEqual(tables.spec_differences(data, data), [])
+    bounded = dict(data, v=tensor_spec.BoundedTensorSpec([2], tf.int32, 0, 9,
+                                                         name='renamed'))
+    self.assertEqual(tables.spec_differences(bounded, data), [])
+
+  def test_spec_differences_of_nest_types(self):
+    data = _data_spec()
+    as_dict = data._asdict()
+    self.assertEqual(tables.spec_differences(as_dict, data),
+                     ['nest types differ: table dict vs data Trajectory'])
+
+  def test_spec_differences_are_capped(self):
+    data = {f'f{i}': tf.TensorSpec([i], tf.float32) for i in range(10)}
+    table = {f'f{i}': tf.TensorSpec([i + 1], tf.float32) for i in range(10)}
+    differences = tables.spec_differences(table, data)
+    self.assertLen(differences, 7)
+    self.assertEqual(differences[-1], '4 more')
 
 
 class StartServerAndConnectTest(parameterized.TestCase):
