@@ -20,7 +20,6 @@ import numpy as np
 import reverb
 from reverb import pybind
 import tensorflow as tf
-import tree
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
@@ -31,8 +30,9 @@ _LAST = int(ts.StepType.LAST)
 # Steps per chunk of the window writer: larger chunks cost fewer messages and
 # compressions, too large ones delay items until the chunk closes.
 _CHUNK_LENGTH = 10
-# Items a writer may leave unconfirmed before it waits for the server.
-_MAX_PENDING_ITEMS = 256
+# Items a writer may leave unconfirmed before it waits for the server; Reverb
+# logs warnings once 50 are pending, a flush every 24 items keeps it under 48.
+_MAX_PENDING_ITEMS = 24
 # Episode writers (one per episode length) kept open at once.
 _MAX_OPEN_EPISODE_WRITERS = 16
 
@@ -98,37 +98,6 @@ def push_rlds_to_reverb(
   return steps
 
 
-def _spec_differences(expected: Any, actual: Any) -> str:
-  """Human-readable list of where two signatures differ."""
-  try:
-    tf.nest.assert_same_structure(expected, actual, expand_composites=False)
-  except (ValueError, TypeError):
-    return f'structure differs: table has {actual}, data gives {expected}'
-  diffs = []
-  for (path, want), have in zip(tree.flatten_with_path(expected),
-                                tree.flatten(actual)):
-    path = '.'.join(str(p) for p in path)
-    if want.dtype != have.dtype or want.shape != have.shape:
-      diffs.append(f'{path}: table {have.dtype.name}{have.shape}, '
-                   f'data {want.dtype.name}{want.shape}')
-  return '; '.join(diffs)
-
-
-def _check_table_signature(client: reverb.Client, table_name: str,
-                           expected: Any) -> None:
-  """Fails before anything is written when the table cannot hold the data.
-
-  Dtypes, shapes and structure must agree; unlike TF-Agents' check, spec
-  names and bounds may differ, since they do not change what is stored.
-  """
-  signature = tables.get_table_signature(client, table_name)
-  if signature is None:
-    return  # A table without signature accepts anything.
-  differences = _spec_differences(expected, signature)
-  if differences:
-    raise ValueError(f'{tables.SIGNATURE_MISMATCH} {differences}.')
-
-
 def _validate_arguments(sequence_length: Optional[int], stride_length: int,
                         priority: float) -> None:
   if sequence_length is not None and (
@@ -168,21 +137,34 @@ class _WindowWriter:
     self._cached = 0
     self.items = 0
 
+  def _steps_cached(self, step_type: np.ndarray) -> np.ndarray:
+    """Steps in the observer's cache after each append (its item clock)."""
+    index = np.arange(len(step_type))
+    segment_start = np.full(len(step_type), -self._cached)
+    restarts = np.flatnonzero(step_type[:-1] == _LAST) + 1
+    segment_start[restarts] = restarts
+    return index - np.maximum.accumulate(segment_start) + 1
+
   def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray) -> None:
+    cached = self._steps_cached(step_type)
+    makes_item = ((cached >= self._length)
+                  & ((cached - self._length) % self._stride == 0))
+    ends_segment = step_type == _LAST
+    append, create_item = self._writer.Append, self._writer.CreateItem
+    table, priority, window = self._table, self._priority, self._window
     squeeze = [False] * len(columns)
-    for t, row in enumerate(zip(*columns)):
-      self._window.append(self._writer.Append(list(row)))
-      self._cached += 1
-      if (self._cached >= self._length
-          and (self._cached - self._length) % self._stride == 0):
-        self._writer.CreateItem(
-            self._table, self._priority,
-            [list(refs) for refs in zip(*self._window)], squeeze)
+    for row, make_item, end in zip(zip(*columns), makes_item.tolist(),
+                                   ends_segment.tolist()):
+      window.append(append(row))
+      if make_item:
+        create_item(table, priority, list(zip(*window)), squeeze)
         self.items += 1
-      if step_type[t] == _LAST:
+        if self.items % _MAX_PENDING_ITEMS == 0:
+          self._writer.Flush(_MAX_PENDING_ITEMS, -1)
+      if end:
         self._writer.EndEpisode(True, None)
-        self._window.clear()
-        self._cached = 0
+        window.clear()
+    self._cached = 0 if ends_segment[-1] else int(cached[-1])
 
   def close(self) -> None:
     if self._writer is not None:
@@ -330,8 +312,7 @@ def push_rlds_to_table(
   trajectory_spec = episodes.element_spec.trajectory
   per_step_spec = tf.nest.map_structure(
       lambda s: tf.TensorSpec(s.shape[1:], s.dtype), trajectory_spec)
-  _check_table_signature(client, table_name,
-                         tensor_spec.add_outer_dim(per_step_spec))
+  tables.check_signature(client, table_name, per_step_spec)
 
   if sequence_length is None:
     writer = _EpisodeWriter(client, table_name, priority)
