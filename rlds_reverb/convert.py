@@ -220,8 +220,9 @@ def _episode_to_trajectories(
 
 
 @tf.autograph.experimental.do_not_convert
-def _batch_steps(steps: tf.data.Dataset) -> Dict[str, tf.Tensor]:
+def _batch_steps(episode: Dict[str, Any]) -> Dict[str, tf.Tensor]:
   """All steps of an episode as one tensor per field (empty -> length 0)."""
+  steps = episode[rlds.STEPS]
   empty = tf.nest.map_structure(
       lambda s: tf.zeros([0] + [d or 0 for d in s.shape.as_list()], s.dtype),
       steps.element_spec)
@@ -231,8 +232,10 @@ def _batch_steps(steps: tf.data.Dataset) -> Dict[str, tf.Tensor]:
           .take(1).get_single_element())
 
 
-def _num_steps(steps: Dict[str, tf.Tensor]) -> tf.Tensor:
-  return tf.shape(steps[rlds.IS_FIRST], out_type=tf.int64)[0]
+@tf.autograph.experimental.do_not_convert
+def _has_steps(unused_index: tf.Tensor, steps: Dict[str, tf.Tensor]
+               ) -> tf.Tensor:
+  return tf.size(steps[rlds.IS_FIRST]) > 0
 
 
 def convert_rlds_to_episodes(
@@ -274,30 +277,28 @@ def convert_rlds_to_episodes(
   padding[rlds.IS_FIRST] = tf.constant(True)
   sentinel = tf.nest.map_structure(lambda x: x[tf.newaxis], padding)
   episodes = (
-      rlds_data.map(lambda episode: _batch_steps(episode[rlds.STEPS]),
-                    num_parallel_calls=num_parallel_calls, deterministic=True)
+      rlds_data.map(_batch_steps, num_parallel_calls=num_parallel_calls,
+                    deterministic=True)
       .concatenate(tf.data.Dataset.from_tensors(sentinel))
       .enumerate()
-      .filter(lambda index, steps: _num_steps(steps) > 0)
+      .filter(_has_steps)
   )
 
-  # Emit each episode together with the first step of the one after it.
+  # Each episode with the first step of the one after it: windows of two
+  # (cheaper to build than a scan carrying the previous episode).
   @tf.autograph.experimental.do_not_convert
-  def carry_previous(previous, current):
-    output = (previous[0], previous[1],
-              tf.nest.map_structure(lambda x: x[0], current[1]), current[0])
-    return current, output
+  def convert_window(indices, steps):
+    both = tf.data.Dataset.zip((indices, steps))
+    index, episode_steps = both.take(1).get_single_element()
+    next_index, next_steps = both.skip(1).get_single_element()
+    next_step = tf.nest.map_structure(lambda x: x[0], next_steps)
+    return _episode_to_trajectories(index, episode_steps, next_step,
+                                    next_index, policy_info_fn,
+                                    zero_terminal_discount)
 
-  initial = (tf.constant(-1, tf.int64),
-             tf.nest.map_structure(lambda x: tf.zeros_like(x)[:0], sentinel))
-  pairs = episodes.scan(initial, carry_previous).filter(
-      lambda index, steps, next_step, next_index: index >= 0)
-  return pairs.map(
-      lambda index, steps, next_step, next_index: _episode_to_trajectories(
-          index, steps, next_step, next_index, policy_info_fn,
-          zero_terminal_discount),
-      num_parallel_calls=num_parallel_calls, deterministic=True,
-  ).prefetch(tf.data.AUTOTUNE)
+  return episodes.window(2, shift=1, drop_remainder=True).map(
+      convert_window, num_parallel_calls=num_parallel_calls,
+      deterministic=True).prefetch(tf.data.AUTOTUNE)
 
 
 def convert_rlds_to_trajectories(

@@ -9,32 +9,23 @@ steps go to Reverb's C++ trajectory writer directly, and an episode item is
 one append of the whole episode.
 """
 
-import collections
 import dataclasses
 import re
 import time
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from absl import logging
 import numpy as np
 import reverb
-from reverb import pybind
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb import convert
 from rlds_reverb import tables
+from rlds_reverb import writers
 
 _LAST = int(ts.StepType.LAST)
-# Steps per chunk of the window writer: larger chunks cost fewer messages and
-# compressions, too large ones delay items until the chunk closes.
-_CHUNK_LENGTH = 10
-# Items a writer may leave unconfirmed before it waits for the server; Reverb
-# logs warnings once 50 are pending, a flush every 24 items keeps it under 48.
-_MAX_PENDING_ITEMS = 24
-# Episode writers (one per episode length) kept open at once.
-_MAX_OPEN_EPISODE_WRITERS = 16
 
 
 @dataclasses.dataclass
@@ -99,7 +90,7 @@ def push_rlds_to_reverb(
 
 
 def _validate_arguments(sequence_length: Optional[int], stride_length: int,
-                        priority: float) -> None:
+                        priority: float, num_workers: int) -> None:
   if sequence_length is not None and (
       not isinstance(sequence_length, (int, np.integer))
       or sequence_length < 1):
@@ -109,125 +100,12 @@ def _validate_arguments(sequence_length: Optional[int], stride_length: int,
   if not isinstance(stride_length, (int, np.integer)) or stride_length < 1:
     raise ValueError(
         f'stride_length must be a positive integer, got {stride_length!r}.')
+  if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+    raise ValueError(
+        f'num_workers must be a positive integer, got {num_workers!r}.')
   if not np.isfinite(priority) or priority < 0:
     raise ValueError(
         f'priority must be a finite number >= 0, got {priority!r}.')
-
-
-class _WindowWriter:
-  """Writes the items of `ReverbAddTrajectoryObserver`, item logic included.
-
-  Windows of `sequence_length` trajectories, a new one every `stride_length`
-  steps, counted from the start of each segment; a segment ends after a
-  trajectory whose step_type is LAST, exactly where the observer resets.
-  """
-
-  def __init__(self, client: reverb.Client, table_name: str,
-               sequence_length: int, stride_length: int, priority: float):
-    self._table = table_name
-    self._length = sequence_length
-    self._stride = stride_length
-    self._priority = float(priority)
-    chunk = max(_CHUNK_LENGTH, sequence_length)
-    # The C++ writer behind `reverb.Client.trajectory_writer`, used without
-    # its Python wrapper, whose bookkeeping costs more than the write.
-    self._writer = client._client.NewTrajectoryWriter(  # pylint: disable=protected-access
-        pybind.ConstantChunkerOptions(chunk, chunk + sequence_length), False)
-    self._window = collections.deque(maxlen=sequence_length)
-    self._cached = 0
-    self.items = 0
-
-  def _steps_cached(self, step_type: np.ndarray) -> np.ndarray:
-    """Steps in the observer's cache after each append (its item clock)."""
-    index = np.arange(len(step_type))
-    segment_start = np.full(len(step_type), -self._cached)
-    restarts = np.flatnonzero(step_type[:-1] == _LAST) + 1
-    segment_start[restarts] = restarts
-    return index - np.maximum.accumulate(segment_start) + 1
-
-  def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray) -> None:
-    cached = self._steps_cached(step_type)
-    makes_item = ((cached >= self._length)
-                  & ((cached - self._length) % self._stride == 0))
-    ends_segment = step_type == _LAST
-    append, create_item = self._writer.Append, self._writer.CreateItem
-    table, priority, window = self._table, self._priority, self._window
-    squeeze = [False] * len(columns)
-    for row, make_item, end in zip(zip(*columns), makes_item.tolist(),
-                                   ends_segment.tolist()):
-      window.append(append(row))
-      if make_item:
-        create_item(table, priority, list(zip(*window)), squeeze)
-        self.items += 1
-        if self.items % _MAX_PENDING_ITEMS == 0:
-          self._writer.Flush(_MAX_PENDING_ITEMS, -1)
-      if end:
-        self._writer.EndEpisode(True, None)
-        window.clear()
-    self._cached = 0 if ends_segment[-1] else int(cached[-1])
-
-  def close(self) -> None:
-    if self._writer is not None:
-      self._writer.Flush(0, -1)
-      self._writer.Close()
-      self._writer = None
-
-
-class _EpisodeWriter:
-  """Writes the items of `ReverbAddEpisodeObserver`: one per segment.
-
-  A segment (trajectories up to and including a LAST one) is appended as a
-  single Reverb step holding the whole [T, ...] arrays and referenced
-  squeezed, so the item reads back as exactly the [T, ...] tensors that the
-  observer's T single-step appends give, at the cost of one append. Reverb
-  fixes a column's shape at its first append, so there is one C++ writer per
-  segment length (the few most recent are kept open).
-  """
-
-  def __init__(self, client: reverb.Client, table_name: str, priority: float):
-    self._client = client
-    self._table = table_name
-    self._priority = float(priority)
-    self._writers: collections.OrderedDict = collections.OrderedDict()
-    self._pending: List[List[np.ndarray]] = []  # Segment cut by an episode.
-    self.items = 0
-
-  def _writer_for(self, length: int) -> Any:
-    writer = self._writers.pop(length, None)
-    if writer is None:
-      if len(self._writers) >= _MAX_OPEN_EPISODE_WRITERS:
-        _, oldest = self._writers.popitem(last=False)
-        oldest.Flush(0, -1)
-        oldest.Close()
-      writer = self._client._client.NewTrajectoryWriter(  # pylint: disable=protected-access
-          pybind.ConstantChunkerOptions(1, 1), False)
-    self._writers[length] = writer  # Most recently used last.
-    return writer
-
-  def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray) -> None:
-    ends = np.flatnonzero(step_type == _LAST) + 1
-    start = 0
-    for end in ends:
-      parts = self._pending + [[c[start:end] for c in columns]]
-      self._pending = []
-      segment = (parts[0] if len(parts) == 1 else
-                 [np.concatenate(cols) for cols in zip(*parts)])
-      writer = self._writer_for(len(segment[0]))
-      refs = writer.Append(segment)
-      writer.CreateItem(self._table, self._priority, [[r] for r in refs],
-                        [True] * len(refs))
-      self.items += 1
-      if self.items % _MAX_PENDING_ITEMS == 0:
-        writer.Flush(_MAX_PENDING_ITEMS, -1)
-      start = end
-    if start < len(step_type):
-      self._pending.append([c[start:] for c in columns])
-
-  def close(self) -> None:
-    for writer in self._writers.values():
-      writer.Flush(0, -1)
-      writer.Close()
-    self._writers.clear()
 
 
 def _invalid_episode_error(error: tf.errors.InvalidArgumentError,
@@ -269,6 +147,7 @@ def push_rlds_to_table(
     zero_terminal_discount: bool = False,
     stats: Optional[PushStats] = None,
     progress: Optional[Callable[[int], None]] = None,
+    num_workers: int = 1,
 ) -> int:
   """Pushes RLDS data into a Reverb table, fast.
 
@@ -290,7 +169,11 @@ def push_rlds_to_table(
       last and terminal (see `convert_rlds_to_episodes`).
     stats: Optional `PushStats` updated in place as episodes are written.
     progress: Optional callback, called with the step count of each episode
-      once it is written (for a progress bar).
+      once it is handed to a writer (for a progress bar).
+    num_workers: Writer threads; they overlap with the reading and with each
+      other, since Reverb's C++ writer releases the GIL. With one, items come
+      in exactly TF-Agents' order; with more, each segment's items still come
+      in order, but segments of different episodes may interleave.
 
   Returns:
     The number of trajectories (RLDS steps) pushed, as `push_rlds_to_reverb`.
@@ -305,7 +188,7 @@ def push_rlds_to_table(
       written; the message names episode and step and how many items were
       already written.
   """
-  _validate_arguments(sequence_length, stride_length, priority)
+  _validate_arguments(sequence_length, stride_length, priority, num_workers)
   stats = stats if stats is not None else PushStats()
   episodes = convert.convert_rlds_to_episodes(
       rlds_data, policy_info_fn, zero_terminal_discount=zero_terminal_discount)
@@ -315,10 +198,12 @@ def push_rlds_to_table(
   tables.check_signature(client, table_name, per_step_spec)
 
   if sequence_length is None:
-    writer = _EpisodeWriter(client, table_name, priority)
+    make_writer = lambda: writers.EpisodeWriter(client, table_name, priority)
   else:
-    writer = _WindowWriter(client, table_name, sequence_length, stride_length,
-                           priority)
+    make_writer = lambda: writers.WindowWriter(
+        client, table_name, sequence_length, stride_length, priority)
+  # Writing runs on worker threads while this one reads and converts.
+  writer = writers.ParallelWriter(make_writer, num_workers)
   start = time.perf_counter()
   iterator = episodes.as_numpy_iterator()
   try:

@@ -200,6 +200,23 @@ class WindowItemsTest(_ServerTestCase):
       self.assertEqual(sample.info.priority, priority)
       self.assertEqual(sample.data.step_type.shape, (sequence_length,))
 
+  @parameterized.named_parameters(('two', 2), ('three', 3))
+  def test_several_workers_write_the_same_items(self, num_workers):
+    # Segments may interleave across workers, so compare as multisets; each
+    # item's own content (its window) must still be exactly TF-Agents'.
+    dataset = fx.make_rlds(EPISODES)
+    self.push_theirs(dataset, 3, 1, 1.0, push_fn=replay_tf_agents_push)
+    count = rlds_reverb.push_rlds_to_table(
+        dataset, self.client, 'ours', sequence_length=3,
+        num_workers=num_workers)
+    self.assertEqual(count, sum(_LENGTHS))
+    key = lambda sample: (sample.data.observation.tobytes(),
+                          sample.data.step_type.tobytes())
+    ours = sorted(self.drain('ours'), key=key)
+    theirs = sorted(self.drain('theirs'), key=key)
+    self.assertLen(ours, _expected_window_count(_LENGTHS, 3, 1))
+    self.assert_same_items(ours, theirs)
+
   def test_push_rlds_to_reverb_with_tf_agents_observer(self):
     # The drop-in: our push_rlds_to_reverb feeding TF-Agents' own observer.
     dataset = fx.make_rlds(EPISODES)
@@ -387,6 +404,7 @@ class ErrorsTest(_ServerTestCase):
       ('stride_length_0', dict(stride_length=0), 'stride_length'),
       ('priority_negative', dict(priority=-1.0), 'priority'),
       ('priority_nan', dict(priority=float('nan')), 'priority'),
+      ('num_workers_0', dict(num_workers=0), 'num_workers'),
   )
   def test_bad_arguments(self, kwargs, name):
     dataset = fx.make_rlds(EPISODES)
