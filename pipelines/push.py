@@ -151,6 +151,7 @@ class PushReport:
   table: str
   address: str
   table_size: int
+  empty_episodes: int = 0
   evicted: int = 0
   checkpoint: Optional[str] = None
   error: Optional[str] = None
@@ -166,6 +167,8 @@ class PushReport:
             f'{self.table_size} items')
     if self.evicted:
       text += f' ({self.evicted} evicted: raise --max_size to keep them)'
+    if self.empty_episodes:
+      text += f'; {self.empty_episodes} empty episodes held no step'
     return text
 
 
@@ -264,7 +267,7 @@ def make_report(stats: push.PushStats, target: Target, table: str,
       seconds=round(stats.seconds, 3),
       steps_per_second=round(stats.steps_per_second, 1), table=table,
       address=target.address, table_size=size,
-      error=cli.one_line(error) if error else None)
+      empty_episodes=stats.empty_episodes, error=cli.one_line(error) if error else None)
 
 
 def serve(target: Target, config: PushConfig) -> None:
