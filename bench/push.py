@@ -111,13 +111,19 @@ def main() -> None:
   spec = rlds_reverb.create_trajectory_data_spec(data)
   signature = tensor_spec.add_outer_dim(spec)
   workers_name = f'ours_sequence_{args.workers}w'
-  names = ['tfa_trajectory', 'tfa_episode', 'ours_sequence', workers_name,
-           'ours_episode', 'reverb_python']
-  server = reverb.Server([
-      reverb.Table(name, reverb.selectors.Uniform(), reverb.selectors.Fifo(),
-                   max_size=10 ** 7, rate_limiter=reverb.rate_limiters.MinSize(1),
-                   signature=signature) for name in names])
-  client = reverb.Client(f'localhost:{server.port}')
+  sizes: Dict[str, int] = {}
+
+  def measure(name: str, push: Callable[[reverb.Client], int]) -> float:
+    """Steps/s of `push` into a fresh server, so runs do not share a table."""
+    server = reverb.Server([reverb.Table(
+        name, reverb.selectors.Uniform(), reverb.selectors.Fifo(),
+        max_size=10 ** 7, rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=signature)])
+    client = reverb.Client(f'localhost:{server.port}')
+    rate = timed(lambda: push(client))
+    sizes[name] = client.server_info()[name].current_size
+    server.stop()
+    return rate
 
   figures: Dict[str, float] = {}
   raw_read(data.take(2))  # Warm up tf.data tracing.
@@ -125,30 +131,32 @@ def main() -> None:
 
   columns = [tf.nest.flatten(e.trajectory) for e in
              rlds_reverb.convert_rlds_to_episodes(data).as_numpy_iterator()]
-  figures['reverb_writer_python'] = timed(
-      lambda: reverb_writer_python(client, 'reverb_python', columns))
+  figures['reverb_writer_python'] = measure(
+      'reverb_python',
+      lambda client: reverb_writer_python(client, 'reverb_python', columns))
 
   def tfa(observer) -> int:
     steps = rlds_to_reverb.push_rlds_to_reverb(tfa_data, observer)
     observer.close()
     return steps
 
-  figures['tfa_trajectory'] = timed(lambda: tfa(
+  figures['tfa_trajectory'] = measure('tfa_trajectory', lambda client: tfa(
       reverb_utils.ReverbAddTrajectoryObserver(
           client, 'tfa_trajectory', sequence_length=2, stride_length=1)))
-  figures['tfa_episode'] = timed(lambda: tfa(
+  figures['tfa_episode'] = measure('tfa_episode', lambda client: tfa(
       reverb_utils.ReverbAddEpisodeObserver(
           client, 'tfa_episode', max_sequence_length=args.steps + 1)))
-  figures['ours_sequence'] = timed(lambda: rlds_reverb.push_rlds_to_table(
-      data, client, 'ours_sequence', sequence_length=2))
-  figures[workers_name] = timed(lambda: rlds_reverb.push_rlds_to_table(
-      data, client, workers_name, sequence_length=2,
-      num_workers=args.workers))
-  figures['ours_episode'] = timed(lambda: rlds_reverb.push_rlds_to_table(
-      data, client, 'ours_episode', sequence_length=None))
+  figures['ours_sequence'] = measure(
+      'ours_sequence', lambda client: rlds_reverb.push_rlds_to_table(
+          data, client, 'ours_sequence', sequence_length=2))
+  figures[workers_name] = measure(
+      workers_name, lambda client: rlds_reverb.push_rlds_to_table(
+          data, client, workers_name, sequence_length=2,
+          num_workers=args.workers))
+  figures['ours_episode'] = measure(
+      'ours_episode', lambda client: rlds_reverb.push_rlds_to_table(
+          data, client, 'ours_episode', sequence_length=None))
 
-  info = client.server_info()
-  sizes = {name: info[name].current_size for name in names}
   expected_items = {
       'tfa_trajectory': args.tfa_episodes * (args.steps - 1),
       'tfa_episode': args.tfa_episodes,
@@ -175,7 +183,6 @@ def main() -> None:
       'machine': f'{platform.machine()} {os.cpu_count()} cores',
   }
   print(json.dumps(result))
-  server.stop()
 
 
 if __name__ == '__main__':
