@@ -1,5 +1,5 @@
 # Both entry points create (or reuse) .venv and install the pinned set first.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

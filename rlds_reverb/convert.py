@@ -130,7 +130,7 @@ def _step_types(is_first: tf.Tensor, is_last: tf.Tensor) -> tf.Tensor:
 def _shift_in(steps: Any, next_step: Any) -> Any:
   """Steps t+1 for every t: drops the first step, appends `next_step`."""
   return tf.nest.map_structure(
-      lambda seq, nxt: tf.concat([seq[1:], nxt[tf.newaxis]], axis=0),
+      lambda seq, nxt: tf.concat([seq[1:], tf.expand_dims(nxt, 0)], axis=0),
       steps, next_step)
 
 
@@ -180,14 +180,24 @@ def _policy_info(policy_info_fn: PolicyInfoFn, cur: Any, nxt: Any) -> Any:
 def _episode_to_trajectories(
     episode_index: tf.Tensor,
     steps: Dict[str, Any],
-    next_step: Dict[str, Any],
+    next_steps: Dict[str, Any],
     next_episode_index: tf.Tensor,
     policy_info_fn: PolicyInfoFn,
     zero_terminal_discount: bool,
 ) -> EpisodeTrajectories:
-  """Pairs, validates and converts all steps of one episode at once."""
+  """Pairs, validates and converts all steps of one episode at once.
+
+  `next_steps` is the episode that follows (or the padding step); only its
+  first step is used.
+  """
   cur = steps
-  nxt = _shift_in(steps, next_step)
+  # Every graph op costs tracing time: without a policy_info_fn only the
+  # flags of the next steps are needed.
+  needed = (list(steps) if policy_info_fn is not None else
+            [rlds.IS_FIRST, rlds.IS_LAST, rlds.IS_TERMINAL])
+  nxt = _shift_in({k: steps[k] for k in needed},
+                  {k: tf.nest.map_structure(lambda x: x[0], next_steps[k])
+                   for k in needed})
   with tf.control_dependencies([_assert_valid(episode_index, cur, nxt)]):
     step_type = tf.identity(_step_types(cur[rlds.IS_FIRST], cur[rlds.IS_LAST]))
   next_step_type = _step_types(nxt[rlds.IS_FIRST], nxt[rlds.IS_LAST])
@@ -291,8 +301,7 @@ def convert_rlds_to_episodes(
     both = tf.data.Dataset.zip((indices, steps))
     index, episode_steps = both.take(1).get_single_element()
     next_index, next_steps = both.skip(1).get_single_element()
-    next_step = tf.nest.map_structure(lambda x: x[0], next_steps)
-    return _episode_to_trajectories(index, episode_steps, next_step,
+    return _episode_to_trajectories(index, episode_steps, next_steps,
                                     next_index, policy_info_fn,
                                     zero_terminal_discount)
 
