@@ -10,7 +10,7 @@ several writers on threads: the C++ writer releases the GIL, so they overlap.
 import collections
 import queue
 import threading
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Sequence
 
 import numpy as np
 import reverb
