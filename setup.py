@@ -39,6 +39,8 @@ setuptools.setup(
     version='0.1.0',
     description='Fast RLDS -> TF-Agents -> Reverb conversion and training.',
     packages=setuptools.find_packages(include=['rlds_reverb', 'rlds_reverb.*', 'pipelines', 'pipelines.*']),
+    package_data={'rlds_reverb': ['policies/*/*.npz', 'policies/*/*/*.npz',
+                                  'policies/*/*/*.json']},
     python_requires='>=3.10,<3.12',
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': ['pytest', 'pytest-xdist', 'pytest-timeout', 'hypothesis']},

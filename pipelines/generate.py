@@ -31,7 +31,15 @@ _ENV = flags.DEFINE_string(
     'e.g. HalfCheetah-v5.')
 _POLICY = flags.DEFINE_string(
     'policy', 'random',
-    f'Policy that picks the actions; one of: {", ".join(recording.POLICIES)}.')
+    'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5: '
+    'medium, expert; numpy snapshots of our SAC run, stochastic, with exact '
+    'action log-probs), or the path of a policy .npz.')
+_DATASET_KIND = flags.DEFINE_enum(
+    'dataset_kind', 'policy', list(recording.DATASET_KINDS),
+    'policy: --episodes rollouts of --policy. medium-replay: the replay data '
+    'of the SAC run up to the medium snapshot, re-collected by its shipped '
+    'snapshots (--episodes and --policy are ignored). Also spelled '
+    '--dataset-kind.')
 _EPISODES = flags.DEFINE_integer(
     'episodes', None, 'Number of episodes to record (> 0).')
 _OUT = flags.DEFINE_string(
@@ -54,7 +62,9 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(_PROG, ValueError(f'unexpected arguments: {" ".join(argv[1:])}'),
              code=2)
-  for flag in (_ENV, _EPISODES, _OUT):
+  required = (_ENV, _OUT) if _DATASET_KIND.value != 'policy' else (
+      _ENV, _EPISODES, _OUT)
+  for flag in required:
     if flag.value is None:
       cli.fail(_PROG, ValueError(f'--{flag.name} is required'), code=2)
   cli.quiet_logging()
@@ -64,7 +74,7 @@ def main(argv: list[str]) -> None:
         _ENV.value, _POLICY.value, _EPISODES.value, _OUT.value,
         seed=_SEED.value, num_envs=_NUM_ENVS.value,
         max_episode_steps=_MAX_EPISODE_STEPS.value,
-        overwrite=_OVERWRITE.value)
+        overwrite=_OVERWRITE.value, dataset_kind=_DATASET_KIND.value)
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
   seconds = time.perf_counter() - start
@@ -74,5 +84,11 @@ def main(argv: list[str]) -> None:
         f'{summary.out_dir}')
 
 
+def _dashes_to_underscores(argv: list[str]) -> list[str]:
+  """Accepts --dataset-kind for --dataset_kind (the spelling in the docs)."""
+  return [a.replace('--dataset-kind', '--dataset_kind', 1) for a in argv]
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.flags_parser(_PROG))
+  parse = cli.flags_parser(_PROG)
+  app.run(main, flags_parser=lambda argv: parse(_dashes_to_underscores(argv)))

@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 import tqdm
 
+from rlds_reverb import behaviour_policies
 from rlds_reverb import tfds_writer
 
 
@@ -263,12 +264,41 @@ def dataset_name(env_id: str, policy: str) -> str:
   return slug if slug[:1].isalpha() else f'env_{slug}'
 
 
-def generate_dataset(env_id: str, policy: str, num_episodes: int,
+DATASET_KINDS = ('policy', 'medium-replay')
+
+
+def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
+                seed: int | None) -> Policy:
+  """'random', a shipped policy name, or an .npz path -> a Policy."""
+  if name in POLICIES:
+    return POLICIES[name](envs.single_action_space, seed)
+  loaded = behaviour_policies.load_policy(name, env_id)
+  return behaviour_policies.as_recording_policy(
+      loaded, envs.single_observation_space, envs.single_action_space, seed,
+      name)
+
+
+def _segments(env_id: str, policy: str, dataset_kind: str,
+              num_episodes: int | None, time_limit: int
+              ) -> list[tuple[str, int]]:
+  """(policy, episodes) in recording order."""
+  if dataset_kind == 'policy':
+    return [(policy, num_episodes)]
+  segments = []
+  for segment in behaviour_policies.replay_schedule(env_id):
+    name = segment['policy']
+    if name != 'random':
+      name = behaviour_policies.replay_policy_path(env_id, name)
+    segments.append((name, max(1, segment['env_steps'] // time_limit)))
+  return segments
+
+
+def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
                      out_dir: str, *, seed: int | None = None,
                      num_envs: int = 4, max_episode_steps: int | None = None,
-                     overwrite: bool = False,
+                     overwrite: bool = False, dataset_kind: str = 'policy',
                      show_progress: bool = True) -> GenerateSummary:
-  """Records `num_episodes` rollouts of `policy` in `env_id` as a TFDS dataset.
+  """Records rollouts of a behaviour policy in `env_id` as a TFDS dataset.
 
   On success `out_dir` holds `<name>/1.0.0/` (a standard TFDS dataset) and
   an empty `.complete` marker; on failure it is left empty (see
@@ -276,61 +306,78 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int,
 
   Args:
     env_id: gymnasium env id with Box observation and action spaces.
-    policy: a key of `POLICIES`.
-    num_episodes: episodes to record (> 0).
+    policy: 'random', a policy shipped for the env ('medium', 'expert'; see
+      `behaviour_policies`) or the path of a policy .npz.
+    num_episodes: episodes to record (> 0); ignored for 'medium-replay'.
     out_dir: output directory; must be absent or empty unless `overwrite`.
     seed: seeds the envs and the policy; None for fresh randomness.
     num_envs: sub-envs stepped together (capped at `num_episodes`).
     max_episode_steps: time limit in env steps; None keeps the env's own.
     overwrite: replace a non-empty `out_dir` that holds generated data.
+    dataset_kind: 'policy' (rollouts of `policy`) or 'medium-replay' (the
+      shipped replay schedule: each snapshot SAC took on its way to medium
+      records the env steps it collected in training, random first).
     show_progress: show a tqdm bar of recorded env steps.
 
   Returns:
     A GenerateSummary.
 
   Raises:
-    ValueError: unknown policy or env id, non-positive counts, a negative
-      seed, non-Box spaces, or an env without a time limit and no
-      `max_episode_steps`.
+    ValueError: unknown policy, kind or env id, non-positive counts, a
+      negative seed, non-Box spaces, a policy made for other spaces, or an
+      env without a time limit and no `max_episode_steps`.
     FileExistsError: `out_dir` is not empty and `overwrite` is False, or it
       is not generated data.
   """
-  if policy not in POLICIES:
-    raise ValueError(
-        f'unknown policy {policy!r}; known policies: {sorted(POLICIES)}')
-  for arg, value in (('num_episodes', num_episodes), ('num_envs', num_envs)):
-    if value <= 0:
-      raise ValueError(f'{arg} must be > 0, got {value}')
+  if dataset_kind not in DATASET_KINDS:
+    raise ValueError(f'unknown dataset kind {dataset_kind!r}; one of: '
+                     f'{", ".join(DATASET_KINDS)}')
+  if dataset_kind == 'policy':
+    if policy not in POLICIES:
+      behaviour_policies.load_policy(policy, env_id)  # Fails early if unknown.
+    if num_episodes is None or num_episodes <= 0:
+      raise ValueError(f'num_episodes must be > 0, got {num_episodes}')
+  if num_envs <= 0:
+    raise ValueError(f'num_envs must be > 0, got {num_envs}')
   if max_episode_steps is not None and max_episode_steps <= 0:
     raise ValueError(f'max_episode_steps must be > 0, got {max_episode_steps}')
   if seed is not None and seed < 0:
     raise ValueError(f'seed must be >= 0, got {seed}')
-  envs = make_vector_env(env_id, min(num_envs, num_episodes),
-                         max_episode_steps)
+  envs = make_vector_env(env_id, max(1, min(num_envs, num_episodes or
+                                            num_envs)), max_episode_steps)
   try:
     time_limit = max_episode_steps or envs.envs[0].spec.max_episode_steps
     if not time_limit:
       raise ValueError(
           f'env {env_id!r} has no time limit; pass max_episode_steps')
     spec = make_step_spec(envs, env_id)
-    act = POLICIES[policy](envs.single_action_space, seed)
+    segments = _segments(env_id, policy, dataset_kind, num_episodes,
+                         time_limit)
+    total_episodes = sum(n for _, n in segments)
     returns, steps = [], 0
 
     def counted(bar: tqdm.tqdm):
       nonlocal steps
-      for key, episode in record_episodes(envs, act, num_episodes, spec,
-                                          seed=seed, progress=bar):
-        returns.append(float(np.sum(episode['steps']['reward'])))
-        steps += len(episode['steps']['reward']) - 1
-        yield key, episode
+      offset = 0
+      for i, (name, count) in enumerate(segments):
+        segment_seed = None if seed is None else seed + 7919 * i
+        act = _policy_for(name, env_id, envs, segment_seed)
+        for key, episode in record_episodes(envs, act, count, spec,
+                                            seed=segment_seed, progress=bar):
+          returns.append(float(np.sum(episode['steps']['reward'])))
+          steps += len(episode['steps']['reward']) - 1
+          yield offset + key, episode
+        offset += count
 
+    label = policy if dataset_kind == 'policy' else dataset_kind
     with tfds_writer.output_dir(out_dir, overwrite), tqdm.tqdm(
-        total=num_episodes * time_limit, unit='step', smoothing=0.1,
-        desc=f'{env_id} {policy}', disable=not show_progress) as bar:
+        total=total_episodes * time_limit, unit='step', smoothing=0.1,
+        desc=f'{env_id} {label}', disable=not show_progress) as bar:
       dataset_dir = tfds_writer.write_episodes(
-          counted(bar), out_dir, name=dataset_name(env_id, policy),
+          counted(bar), out_dir,
+          name=dataset_name(env_id, os.path.basename(label).split('.')[0]),
           spec=spec, description=(
-              f'{num_episodes} episodes of {env_id} with policy {policy!r} '
+              f'{total_episodes} episodes of {env_id}, {label} '
               f'(seed {seed}, time limit {time_limit}), recorded by '
               'rlds_reverb.recording.generate_dataset.'))
       bar.total = bar.n  # Episodes that terminated early end the bar short.

@@ -1,0 +1,217 @@
+r"""Trains a TF-Agents agent from Reverb: online in an env, or offline from data.
+
+Examples:
+
+  # Online SAC on HalfCheetah (actor -> Reverb table -> learner).
+  python -m pipelines.train --agent sac --env HalfCheetah-v5 --steps 300000
+
+  # Offline from a dataset (pushed into an embedded Reverb table first).
+  python -m pipelines.train --agent td3_bc --dataset data/halfcheetah_medium
+
+  # ... then 50k env steps of offline-to-online fine-tuning.
+  python -m pipelines.train --agent td3_bc --dataset DIR \
+      --online_finetune_steps 50000
+
+  # Offline from a table that another process serves (pipelines.push --serve).
+  python -m pipelines.train --agent bc --reverb_address localhost:8000
+
+Everything of a run goes to --root_dir: checkpoints (agent and Reverb
+tables), TensorBoard summaries, eval.jsonl and learning_curve.png. Running
+the same command again resumes from there. The last stdout line is a JSON
+summary. Bad input ends the run with one line on stderr, exit code 1 (2 for
+bad flags).
+"""
+
+import json
+import os
+
+# TensorFlow's C++ start-up chatter would bury the errors and the summary.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+
+from pipelines import cli
+from rlds_reverb import datasets
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import offline
+from rlds_reverb.learners import online
+
+_PROG = 'train'
+
+_AGENT = flags.DEFINE_enum(
+    'agent', None, list(agents.AGENTS), 'Agent to train. Online (--env '
+    'only): sac, td3. Offline (--dataset or --reverb_address): bc, td3_bc, '
+    'cql_sac. Required.')
+_ENV = flags.DEFINE_string(
+    'env', 'HalfCheetah-v5', 'gymnasium env id: where online agents act and '
+    'where every agent is evaluated. Its spaces must match the dataset.')
+_DATASET = flags.DEFINE_string(
+    'dataset', None, 'Offline data: a TFDS name with config '
+    '(d4rl_mujoco_halfcheetah/v2-medium) or a TFDS-format directory (the '
+    '--out of pipelines.generate). Pushed into an embedded Reverb table that '
+    'holds all of it.')
+_SPLIT = flags.DEFINE_string('split', 'train', 'TFDS split of --dataset.')
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', None, "TFDS data dir for TFDS names (default: TFDS' own).")
+_DOWNLOAD = flags.DEFINE_bool(
+    'download', True, 'Download a TFDS name that is not in --data_dir; '
+    '--nodownload fails at once instead.')
+_MAX_EPISODES = flags.DEFINE_integer(
+    'max_episodes', 0, 'Use only the first N episodes of --dataset; 0: all.',
+    lower_bound=0)
+_REVERB_ADDRESS = flags.DEFINE_string(
+    'reverb_address', '', 'host:port of a Reverb server whose --table already '
+    'holds the offline data (e.g. pipelines.push --serve); replaces '
+    '--dataset.')
+_TABLE = flags.DEFINE_string(
+    'table', offline.OFFLINE_TABLE, 'Offline table name at --reverb_address.')
+_ROOT_DIR = flags.DEFINE_string(
+    'root_dir', None, 'Run directory: checkpoints (agent and Reverb tables), '
+    'TensorBoard summaries, eval.jsonl, learning_curve.png and exported '
+    'numpy policies. An existing run there is resumed. Default: '
+    'runs/<agent>_<env or dataset>_seed<seed>.')
+_STEPS = flags.DEFINE_integer(
+    'steps', None, 'Budget: gradient steps offline (default 300000), env '
+    'steps online (default 300000).', lower_bound=1)
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of TensorFlow, the envs and '
+                             'the exploration.', lower_bound=0)
+_BATCH_SIZE = flags.DEFINE_integer(
+    'batch_size', 256, 'Transitions per gradient step.', lower_bound=1)
+_ACTOR_LR = flags.DEFINE_float(
+    'actor_learning_rate', None, 'Actor Adam learning rate (default: the '
+    "agent's published one: 3e-4; bc 1e-3).", lower_bound=0)
+_CRITIC_LR = flags.DEFINE_float(
+    'critic_learning_rate', 3e-4, 'Critic Adam learning rate.', lower_bound=0)
+_ALPHA_LR = flags.DEFINE_float(
+    'alpha_learning_rate', 3e-4, 'SAC / CQL-SAC entropy temperature learning '
+    'rate.', lower_bound=0)
+_TD3_BC_ALPHA = flags.DEFINE_float(
+    'td3_bc_alpha', 2.5, 'TD3+BC: weight of the Q term against the BC term '
+    '(Fujimoto & Gu 2021 use 2.5).', lower_bound=0)
+_CQL_ALPHA = flags.DEFINE_float(
+    'cql_alpha', 0.1, "CQL-SAC: weight of the CQL regulariser (TF-Agents' "
+    'D4RL MuJoCo medium config: 0.1).', lower_bound=0)
+_NORMALIZE = flags.DEFINE_enum(
+    'normalize_observations', 'auto', ['auto', 'true', 'false'],
+    'Normalise observations with the dataset mean/std (auto: td3_bc only, '
+    'as the paper does).')
+_EVAL_INTERVAL = flags.DEFINE_integer(
+    'eval_interval', 10_000, 'Evaluate every N gradient steps (offline) or '
+    'env steps (online).', lower_bound=1)
+_EVAL_EPISODES = flags.DEFINE_integer(
+    'eval_episodes', 10, 'Episodes per evaluation (greedy policy).',
+    lower_bound=1)
+_CHECKPOINT_INTERVAL = flags.DEFINE_integer(
+    'checkpoint_interval', 10_000, 'Checkpoint every N gradient steps '
+    '(offline) or env steps (online).', lower_bound=1)
+_INITIAL_COLLECT = flags.DEFINE_integer(
+    'initial_collect_steps', 10_000, 'Online: uniform random env steps before '
+    'learning starts.', lower_bound=0)
+_TRAIN_EVERY = flags.DEFINE_integer(
+    'train_every', 1000, 'Online: env steps collected between learner '
+    'phases; each phase takes as many gradient steps.', lower_bound=1)
+_REPLAY_SIZE = flags.DEFINE_integer(
+    'replay_size', 1_000_000, 'Online: replay table size (transitions).',
+    lower_bound=1)
+_SNAPSHOT_INTERVAL = flags.DEFINE_integer(
+    'snapshot_interval', 0, 'Online: save a numpy policy snapshot every N '
+    'env steps under root_dir/policies (behaviour policies); 0: off.',
+    lower_bound=0)
+_FINETUNE = flags.DEFINE_integer(
+    'online_finetune_steps', 0, 'Offline agents: after the offline phase, '
+    'this many env steps online; batches are half offline, half online.',
+    lower_bound=0)
+
+
+def _root_dir(source: str) -> str:
+  if _ROOT_DIR.value:
+    return _ROOT_DIR.value
+  slug = ''.join(c if c.isalnum() else '_' for c in source.lower()).strip('_')
+  return os.path.join('runs', f'{_AGENT.value}_{slug}_seed{_SEED.value}')
+
+
+def _agent_config() -> agents.AgentConfig:
+  return agents.AgentConfig(
+      actor_learning_rate=_ACTOR_LR.value,
+      critic_learning_rate=_CRITIC_LR.value,
+      alpha_learning_rate=_ALPHA_LR.value, td3_bc_alpha=_TD3_BC_ALPHA.value,
+      cql_alpha=_CQL_ALPHA.value, seed=_SEED.value)
+
+
+def _usage_error(message: str) -> None:
+  cli.fail(_PROG, ValueError(message), code=2)
+
+
+def _offline_config() -> offline.OfflineConfig:
+  if _AGENT.value not in agents.OFFLINE_AGENTS:
+    _usage_error(f'--agent {_AGENT.value} trains online; drop --dataset / '
+                 '--reverb_address, or pick one of: '
+                 + ', '.join(agents.OFFLINE_AGENTS))
+  normalize = {'auto': None, 'true': True, 'false': False}[_NORMALIZE.value]
+  source = _DATASET.value or f'{_REVERB_ADDRESS.value}_{_TABLE.value}'
+  return offline.OfflineConfig(
+      agent=_AGENT.value, dataset=_DATASET.value or _REVERB_ADDRESS.value,
+      root_dir=_root_dir(os.path.basename(source.rstrip('/')) or source),
+      env=_ENV.value, split=_SPLIT.value, data_dir=_DATA_DIR.value,
+      download=_DOWNLOAD.value, max_episodes=_MAX_EPISODES.value,
+      reverb_address=_REVERB_ADDRESS.value, table=_TABLE.value,
+      train_steps=_STEPS.value or 300_000, batch_size=_BATCH_SIZE.value,
+      eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
+      checkpoint_interval=_CHECKPOINT_INTERVAL.value,
+      normalize_observations=normalize,
+      online_finetune_steps=_FINETUNE.value, train_every=_TRAIN_EVERY.value,
+      seed=_SEED.value, agent_config=_agent_config())
+
+
+def _online_config() -> online.OnlineConfig:
+  if _AGENT.value not in agents.ONLINE_AGENTS or _AGENT.value == 'bc':
+    _usage_error(f'--agent {_AGENT.value} needs offline data: pass --dataset '
+                 'or --reverb_address')
+  if _FINETUNE.value:
+    _usage_error('--online_finetune_steps continues an offline run: pass '
+                 '--dataset')
+  return online.OnlineConfig(
+      env=_ENV.value, root_dir=_root_dir(_ENV.value), agent=_AGENT.value,
+      env_steps=_STEPS.value or 300_000,
+      initial_collect_steps=_INITIAL_COLLECT.value,
+      batch_size=_BATCH_SIZE.value, train_every=_TRAIN_EVERY.value,
+      eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
+      checkpoint_interval=_CHECKPOINT_INTERVAL.value,
+      snapshot_interval=_SNAPSHOT_INTERVAL.value,
+      replay_size=_REPLAY_SIZE.value, seed=_SEED.value,
+      agent_config=_agent_config())
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _AGENT.value is None:
+    _usage_error('--agent is required')
+  if _DATASET.value and _REVERB_ADDRESS.value:
+    _usage_error('pass --dataset or --reverb_address, not both')
+  cli.quiet_logging()
+  offline_run = bool(_DATASET.value or _REVERB_ADDRESS.value)
+  config = _offline_config() if offline_run else _online_config()
+  try:
+    if offline_run:
+      summary = offline.train_offline(config)
+    else:
+      record = online.train_online(config)
+      summary = {'agent': config.agent, 'env': config.env,
+                 'seed': config.seed, **record}
+  except (datasets.DatasetNotFoundError,
+          datasets.DatasetNotAvailableError) as e:
+    cli.fail(_PROG, e)
+  except cli.USER_ERRORS as e:
+    cli.fail(_PROG, e)
+  except KeyboardInterrupt:
+    cli.fail(_PROG, RuntimeError(
+        f'interrupted; rerun the same command to resume from '
+        f'{config.root_dir}'), code=130)
+  summary['root_dir'] = config.root_dir
+  print(json.dumps(summary), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.flags_parser(_PROG))

@@ -1,0 +1,210 @@
+"""TF-Agents agents for continuous control, built with their published settings.
+
+`make_agent(kind, ...)` builds SAC, TD3, BC, TD3+BC or CQL-SAC from specs and
+an `AgentConfig`. Defaults follow the sources the issue names: TF-Agents'
+SAC example (haarnoja18), TD3+BC (Fujimoto & Gu 2021: alpha 2.5, actor every
+2 steps, policy noise 0.2 clipped at 0.5) and TF-Agents' CQL-SAC D4RL MuJoCo
+gin configs (kumar20/configs/mujoco.gin).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import tensorflow as tf
+from tf_agents.agents.behavioral_cloning import behavioral_cloning_agent
+from tf_agents.agents.cql import cql_sac_agent
+from tf_agents.agents.ddpg import actor_network as ddpg_actor_network
+from tf_agents.agents.ddpg import critic_network
+from tf_agents.agents.sac import sac_agent
+from tf_agents.agents.sac import tanh_normal_projection_network
+from tf_agents.agents.td3 import td3_agent
+from tf_agents.networks import actor_distribution_network
+from tf_agents.utils import common
+
+AGENTS = ('sac', 'td3', 'bc', 'td3_bc', 'cql_sac')
+OFFLINE_AGENTS = ('bc', 'td3_bc', 'cql_sac')
+ONLINE_AGENTS = ('sac', 'td3', 'td3_bc', 'cql_sac')
+# Which numpy head (numpy_policy.HEADS) exports each agent's actor.
+HEAD = {'sac': 'tanh_normal', 'cql_sac': 'tanh_normal', 'td3': 'deterministic',
+        'td3_bc': 'deterministic', 'bc': 'deterministic'}
+
+
+@dataclasses.dataclass
+class AgentConfig:
+  """Hyper-parameters; None means the agent's published default."""
+  actor_learning_rate: Optional[float] = None
+  critic_learning_rate: float = 3e-4
+  alpha_learning_rate: float = 3e-4
+  gamma: float = 0.99
+  target_update_tau: float = 0.005
+  reward_scale_factor: Optional[float] = None
+  actor_layers: tuple[int, ...] = (256, 256)
+  critic_layers: Optional[tuple[int, ...]] = None
+  td3_bc_alpha: float = 2.5
+  cql_alpha: float = 0.1  # kumar20/configs/mujoco_medium.gin
+  cql_bc_steps: int = 10_000
+  seed: Optional[int] = None
+
+
+def _defaults(kind: str, config: AgentConfig) -> AgentConfig:
+  actor_lr = {'cql_sac': 3e-4, 'bc': 1e-3}.get(kind, 3e-4)
+  reward_scale = {'sac': 0.1, 'cql_sac': 0.1}.get(kind, 1.0)
+  critic_layers = (256, 256, 256) if kind == 'cql_sac' else (256, 256)
+  return dataclasses.replace(
+      config,
+      actor_learning_rate=(config.actor_learning_rate
+                           if config.actor_learning_rate is not None
+                           else actor_lr),
+      reward_scale_factor=(config.reward_scale_factor
+                           if config.reward_scale_factor is not None
+                           else reward_scale),
+      critic_layers=config.critic_layers or critic_layers)
+
+
+class Td3BcAgent(td3_agent.Td3Agent):
+  """TD3+BC (Fujimoto & Gu 2021): TD3 whose actor also imitates the data.
+
+  Actor loss: -lambda * Q(s, pi(s)) + mean((pi(s) - a)^2), with
+  lambda = alpha / mean|Q(s, pi(s))| (not differentiated), so the BC term
+  keeps its weight whatever the scale of Q. Observations are expected
+  normalised (the sampler's job).
+  """
+
+  def __init__(self, *args, bc_alpha: float = 2.5, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._bc_alpha = bc_alpha
+    self._data_actions = None
+
+  def _train(self, experience, weights=None):
+    # Td3Agent._train calls actor_loss(time_steps) without the dataset's
+    # actions; keep them for it (both run in the same trace).
+    self._data_actions = self._as_transition(experience).action_step.action
+    return super()._train(experience, weights)
+
+  def actor_loss(self, time_steps, weights=None, training=False):
+    with tf.name_scope('actor_loss'):
+      actions, _ = self._actor_network(
+          time_steps.observation, time_steps.step_type, training=training)
+      q_values, _ = self._critic_network_1(
+          (time_steps.observation, actions), time_steps.step_type,
+          training=False)
+      lam = tf.stop_gradient(
+          self._bc_alpha / (tf.reduce_mean(tf.abs(q_values)) + 1e-6))
+      per_example = -lam * q_values
+      if self._data_actions is not None:
+        per_example += tf.reduce_mean(
+            tf.square(actions - self._data_actions), axis=-1)
+      loss = common.aggregate_losses(
+          per_example_loss=per_example, sample_weight=weights).total_loss
+      tf.compat.v2.summary.scalar('actor_loss', loss,
+                                  step=self.train_step_counter)
+      tf.compat.v2.summary.scalar('td3_bc_lambda', lam,
+                                  step=self.train_step_counter)
+    return loss
+
+
+def _first_step_mse(network):
+  """BC loss on the first step of each [B, 2] item.
+
+  The default loss would also fit the second step, which for the last
+  transition of an episode is the final observation with its meaningless
+  zero action.
+  """
+  def loss_fn(experience, training=False):
+    actions, _ = network(experience.observation[:, 0], training=training)
+    return tf.reduce_mean(tf.square(actions - experience.action[:, 0]),
+                          axis=-1)
+  return loss_fn
+
+
+def _deterministic_actor(observation_spec, action_spec, config):
+  return ddpg_actor_network.ActorNetwork(
+      observation_spec, action_spec, fc_layer_params=config.actor_layers)
+
+
+def _critic(observation_spec, action_spec, config, name='CriticNetwork'):
+  return critic_network.CriticNetwork(
+      (observation_spec, action_spec),
+      joint_fc_layer_params=config.critic_layers,
+      kernel_initializer='glorot_uniform',
+      last_kernel_initializer='glorot_uniform', name=name)
+
+
+def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
+               config: AgentConfig | None = None,
+               train_step: tf.Variable | None = None) -> Any:
+  """Builds and initialises one of AGENTS.
+
+  Raises:
+    ValueError: unknown `kind`.
+  """
+  if kind not in AGENTS:
+    raise ValueError(f'unknown agent {kind!r}; one of: {", ".join(AGENTS)}')
+  config = _defaults(kind, config or AgentConfig())
+  train_step = (train_step if train_step is not None
+                else tf.Variable(0, dtype=tf.int64, name='train_step'))
+  obs_spec = time_step_spec.observation
+  # Legacy Adam: its slots are checkpointed per variable. The new Keras
+  # optimizer keeps them in a list by position, and TF-Agents' SAC/TD3 order
+  # the critic variables through an identity set, so a resumed run could
+  # hand critic 1's moments to critic 2.
+  adam = tf.keras.optimizers.legacy.Adam
+  if kind in ('sac', 'cql_sac'):
+    actor = actor_distribution_network.ActorDistributionNetwork(
+        obs_spec, action_spec, fc_layer_params=config.actor_layers,
+        continuous_projection_net=(
+            tanh_normal_projection_network.TanhNormalProjectionNetwork))
+    common_kwargs = dict(
+        actor_network=actor,
+        critic_network=_critic(obs_spec, action_spec, config),
+        actor_optimizer=adam(config.actor_learning_rate),
+        critic_optimizer=adam(config.critic_learning_rate),
+        alpha_optimizer=adam(config.alpha_learning_rate),
+        target_update_tau=config.target_update_tau, target_update_period=1,
+        td_errors_loss_fn=tf.math.squared_difference, gamma=config.gamma,
+        reward_scale_factor=config.reward_scale_factor,
+        train_step_counter=train_step)
+    if kind == 'sac':
+      agent = sac_agent.SacAgent(time_step_spec, action_spec, **common_kwargs)
+    else:
+      agent = cql_sac_agent.CqlSacAgent(
+          time_step_spec, action_spec, cql_alpha=config.cql_alpha,
+          num_cql_samples=10, include_critic_entropy_term=False,
+          use_lagrange_cql_alpha=False, cql_alpha_learning_rate=3e-4,
+          cql_tau=10.0, random_seed=config.seed, reward_noise_variance=0.0,
+          num_bc_steps=config.cql_bc_steps, softmax_temperature=50.0,
+          **common_kwargs)
+  elif kind == 'bc':
+    cloning_network = _deterministic_actor(obs_spec, action_spec, config)
+    agent = behavioral_cloning_agent.BehavioralCloningAgent(
+        time_step_spec, action_spec, cloning_network=cloning_network,
+        optimizer=adam(config.actor_learning_rate),
+        loss_fn=_first_step_mse(cloning_network), num_outer_dims=2,
+        train_step_counter=train_step)
+  else:
+    td3_class = Td3BcAgent if kind == 'td3_bc' else td3_agent.Td3Agent
+    extra = {'bc_alpha': config.td3_bc_alpha} if kind == 'td3_bc' else {}
+    agent = td3_class(
+        time_step_spec, action_spec,
+        actor_network=_deterministic_actor(obs_spec, action_spec, config),
+        critic_network=_critic(obs_spec, action_spec, config),
+        actor_optimizer=adam(config.actor_learning_rate),
+        critic_optimizer=adam(config.critic_learning_rate),
+        exploration_noise_std=0.1, target_update_tau=config.target_update_tau,
+        target_update_period=2, actor_update_period=2,
+        td_errors_loss_fn=tf.math.squared_difference, gamma=config.gamma,
+        reward_scale_factor=config.reward_scale_factor,
+        target_policy_noise=0.2, target_policy_noise_clip=0.5,
+        train_step_counter=train_step, **extra)
+  agent.initialize()
+  return agent
+
+
+def actor_network(agent: Any) -> Any:
+  """The network whose weights the numpy policy exports."""
+  for name in ('_actor_network', '_cloning_network'):
+    if hasattr(agent, name):
+      return getattr(agent, name)
+  raise ValueError(f'{type(agent).__name__} has no actor network')

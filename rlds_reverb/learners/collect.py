@@ -1,0 +1,144 @@
+"""Online collection: a numpy actor steps gymnasium envs into a Reverb table.
+
+Finished episodes are kept in RLDS layout (the same as `recording`: T + 1
+steps, the last holding the final observation) and written with the
+project's own `push_rlds_to_table`, so online data goes through exactly the
+conversion and writer that offline datasets do, terminal-discount fix on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import reverb
+import rlds
+import tensorflow as tf
+
+from rlds_reverb import push
+from rlds_reverb.learners import envs
+
+# (observations [n, ...], rng) -> (actions [n, ...], log-probs [n])
+ActFn = Callable[[np.ndarray, np.random.Generator],
+                 tuple[np.ndarray, np.ndarray]]
+
+
+@dataclasses.dataclass
+class CollectStats:
+  """Totals since the collector was made."""
+  env_steps: int = 0
+  episodes: int = 0
+  items_written: int = 0
+  last_returns: list[float] = dataclasses.field(default_factory=list)
+
+
+class _Episode:
+
+  def __init__(self, first_obs: np.ndarray):
+    self.observations = [first_obs]
+    self.actions, self.rewards = [], []
+
+  def to_rlds(self, terminated: bool, action_shape: tuple[int, ...]
+              ) -> dict[str, np.ndarray]:
+    n = len(self.observations)
+    return {
+        'observation': np.asarray(self.observations, np.float32),
+        'action': np.concatenate([
+            np.asarray(self.actions, np.float32).reshape((n - 1,) +
+                                                         action_shape),
+            np.zeros((1,) + action_shape, np.float32)]),
+        'reward': np.asarray(self.rewards + [0.0], np.float32),
+        'discount': np.ones(n, np.float32),
+        'is_first': np.arange(n) == 0,
+        'is_last': np.arange(n) == n - 1,
+        'is_terminal': (np.arange(n) == n - 1) & terminated,
+    }
+
+
+class Collector:
+  """Steps `num_envs` copies of an env; pushes whole episodes to Reverb.
+
+  Episodes still running when `collect` returns carry over to the next call;
+  only finished episodes are written (a partial episode is not valid RLDS).
+  """
+
+  def __init__(self, env_id: str, client: reverb.Client, table: str, *,
+               num_envs: int = 1, seed: int = 0):
+    self._client, self._table = client, table
+    self._envs = gym.vector.SyncVectorEnv(
+        [lambda: envs.make_env(env_id)] * num_envs,
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    self._action_shape = tuple(self._envs.single_action_space.shape)
+    self._rng = np.random.default_rng(seed)
+    self._obs, _ = self._envs.reset(seed=seed)
+    self._episodes = [_Episode(o) for o in self._obs]
+    self._resetting = np.zeros(num_envs, dtype=bool)
+    self._returns = np.zeros(num_envs)
+    self.stats = CollectStats()
+
+  @property
+  def rng(self) -> np.random.Generator:
+    return self._rng
+
+  def collect(self, num_steps: int, act: ActFn) -> list[float]:
+    """Takes `num_steps` env steps in all; returns the finished returns."""
+    finished: list[dict[str, np.ndarray]] = []
+    returns: list[float] = []
+    taken = 0
+    while taken < num_steps:
+      actions, _ = act(self._obs, self._rng)
+      obs, rewards, terminated, truncated, _ = self._envs.step(actions)
+      for i in range(len(obs)):
+        if self._resetting[i]:  # obs[i] starts a new episode.
+          self._episodes[i] = _Episode(obs[i])
+          self._returns[i] = 0.0
+          continue
+        episode = self._episodes[i]
+        episode.actions.append(actions[i])
+        episode.rewards.append(float(rewards[i]))
+        episode.observations.append(obs[i])
+        self._returns[i] += rewards[i]
+        taken += 1
+        if terminated[i] or truncated[i]:
+          finished.append(episode.to_rlds(bool(terminated[i]),
+                                          self._action_shape))
+          returns.append(float(self._returns[i]))
+      self._resetting = terminated | truncated
+      self._obs = obs
+    self.stats.env_steps += taken
+    if finished:
+      self._write(finished)
+      self.stats.episodes += len(finished)
+      self.stats.last_returns = returns
+    return returns
+
+  def _write(self, episodes: list[dict[str, np.ndarray]]) -> None:
+    rlds_data = None
+    for steps in episodes:
+      one = tf.data.Dataset.from_tensors(
+          {rlds.STEPS: tf.data.Dataset.from_tensor_slices(steps)})
+      rlds_data = one if rlds_data is None else rlds_data.concatenate(one)
+    stats = push.PushStats()
+    push.push_rlds_to_table(rlds_data, self._client, self._table,
+                            zero_terminal_discount=True, stats=stats)
+    self.stats.items_written += stats.items
+
+  def close(self) -> None:
+    self._envs.close()
+
+
+def random_act(action_low: np.ndarray, action_high: np.ndarray) -> ActFn:
+  """Uniform actions: SAC's initial collection."""
+  def act(observations: np.ndarray, rng: np.random.Generator):
+    n = len(observations)
+    return (rng.uniform(action_low, action_high,
+                        (n,) + action_low.shape).astype(np.float32),
+            np.zeros(n))
+  return act
+
+
+def policy_act(policy: Any, noise_std: float = 0.1) -> ActFn:
+  """Explores with a `NumpyPolicy`: samples (SAC) or adds noise (TD3)."""
+  return lambda obs, rng: policy.sample(obs, rng, noise_std=noise_std)

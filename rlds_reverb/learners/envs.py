@@ -1,0 +1,88 @@
+"""Gymnasium environments as TF-Agents specs, and the D4RL score scale.
+
+The learners never step a TF-Agents environment (acting is numpy, see
+`numpy_policy`), but TF-Agents agents are built from specs; these come from
+the gymnasium spaces, in float32 as the agents compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+# D4RL's reference returns (d4rl/infos.py): a random and an expert policy.
+D4RL_REFERENCE = {
+    'halfcheetah': (-280.178953, 12135.0),
+    'hopper': (-20.272305, 3234.3),
+    'walker2d': (1.629008, 4592.3),
+    'ant': (-325.6, 3879.7),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpecs:
+  """What an agent is built from, and what data must match."""
+  env_id: str
+  observation_shape: tuple[int, ...]
+  action_low: np.ndarray
+  action_high: np.ndarray
+  time_step_spec: ts.TimeStep
+  action_spec: tensor_spec.BoundedTensorSpec
+
+
+def make_env(env_id: str, **kwargs) -> gym.Env:
+  """gym.make with a one-line error for unknown or broken env ids."""
+  try:
+    return gym.make(env_id, **kwargs)
+  except gym.error.Error as e:
+    raise ValueError(f'cannot make env {env_id!r}: {e}') from None
+
+
+def env_specs(env_id: str) -> EnvSpecs:
+  """Reads an env's Box spaces into TF-Agents float32 specs.
+
+  Raises:
+    ValueError: unknown env, or spaces that are not bounded Boxes.
+  """
+  env = make_env(env_id)
+  try:
+    obs_space, act_space = env.observation_space, env.action_space
+  finally:
+    env.close()
+  if not isinstance(obs_space, gym.spaces.Box):
+    raise ValueError(f'env {env_id!r}: observation space must be a Box, got '
+                     f'{obs_space}')
+  if not (isinstance(act_space, gym.spaces.Box) and
+          np.all(np.isfinite(act_space.low)) and
+          np.all(np.isfinite(act_space.high))):
+    raise ValueError(f'env {env_id!r}: action space must be a bounded Box, '
+                     f'got {act_space}')
+  obs_spec = tf.TensorSpec(obs_space.shape, tf.float32, name='observation')
+  action_spec = tensor_spec.BoundedTensorSpec(
+      act_space.shape, tf.float32, minimum=act_space.low.astype(np.float32),
+      maximum=act_space.high.astype(np.float32), name='action')
+  return EnvSpecs(env_id=env_id, observation_shape=tuple(obs_space.shape),
+                  action_low=act_space.low.astype(np.float32),
+                  action_high=act_space.high.astype(np.float32),
+                  time_step_spec=ts.time_step_spec(obs_spec),
+                  action_spec=action_spec)
+
+
+def reference_returns(env_id: str) -> tuple[float, float] | None:
+  """D4RL's (random, expert) returns for the env's task, if D4RL has it."""
+  task = env_id.split('-')[0].lower()
+  return D4RL_REFERENCE.get(task)
+
+
+def normalized_score(env_id: str, average_return: float) -> float | None:
+  """D4RL's normalised score: 100 * (R - random) / (expert - random)."""
+  reference = reference_returns(env_id)
+  if reference is None:
+    return None
+  low, high = reference
+  return 100.0 * (average_return - low) / (high - low)

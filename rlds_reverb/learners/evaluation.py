@@ -1,0 +1,66 @@
+"""Evaluates a numpy policy in the real environment, as D4RL papers report it.
+
+Greedy actions (the policy's mode), full episodes with the env's own time
+limit, average undiscounted return and D4RL's normalised score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import gymnasium as gym
+import numpy as np
+
+from rlds_reverb.learners import envs
+
+ActFn = Callable[[np.ndarray], np.ndarray]  # batch of obs -> batch of actions
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+  """Returns of the evaluation episodes and what they sum up to."""
+  returns: list[float]
+  lengths: list[int]
+  average_return: float
+  std_return: float
+  normalized_score: float | None  # None for envs D4RL has no reference for
+
+  def to_dict(self) -> dict:
+    return {'average_return': self.average_return,
+            'std_return': self.std_return,
+            'normalized_score': self.normalized_score,
+            'episodes': len(self.returns)}
+
+
+def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
+             seed: int = 0) -> EvalResult:
+  """Runs `num_episodes` episodes of `act` in vector envs of `env_id`.
+
+  Episode i runs in a sub-env seeded with seed + i; the episodes run side by
+  side, so the policy sees a batch of observations per step.
+
+  Raises:
+    ValueError: num_episodes < 1, or an unknown env id.
+  """
+  if num_episodes < 1:
+    raise ValueError(f'num_episodes must be >= 1, got {num_episodes}')
+  vector = gym.vector.SyncVectorEnv(
+      [lambda: envs.make_env(env_id)] * num_episodes,
+      autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+  try:
+    obs, _ = vector.reset(seed=[seed + i for i in range(num_episodes)])
+    returns = np.zeros(num_episodes)
+    lengths = np.zeros(num_episodes, dtype=int)
+    running = np.ones(num_episodes, dtype=bool)
+    while running.any():
+      obs, rewards, terminated, truncated, _ = vector.step(act(obs))
+      returns += np.where(running, rewards, 0.0)
+      lengths += running
+      running &= ~(terminated | truncated)
+  finally:
+    vector.close()
+  average = float(np.mean(returns))
+  return EvalResult(returns=returns.tolist(), lengths=lengths.tolist(),
+                    average_return=average, std_return=float(np.std(returns)),
+                    normalized_score=envs.normalized_score(env_id, average))

@@ -1,0 +1,116 @@
+"""The learner's state and its bookkeeping: steps, checkpoints, logs, curves.
+
+A `Learner` owns one TF-Agents agent and everything that must survive an
+interruption: the agent (networks, targets, optimizers, train step) and the
+environment-step counter go into a `tf.train.Checkpoint`; evaluation
+results are appended to `eval.jsonl`, from which the PNG curve is redrawn,
+so a resumed run continues the same curve. Gradient steps run several per
+`tf.function` call, which removes most of the per-step Python overhead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Iterator
+
+import tensorflow as tf
+
+from rlds_reverb.learners import curves
+
+CHECKPOINT_DIR = 'checkpoints'
+EVAL_LOG = 'eval.jsonl'
+CURVE_PNG = 'learning_curve.png'
+TENSORBOARD_DIR = 'tensorboard'
+
+
+class Learner:
+  """Trains `agent` from an experience iterator, with checkpoints and logs.
+
+  Attributes:
+    agent: the TF-Agents agent.
+    env_steps: environment steps taken so far (online; 0 offline).
+    root_dir: where checkpoints, logs and the curve go.
+  """
+
+  def __init__(self, agent: Any, root_dir: str, *,
+               summary_interval: int = 1000, max_checkpoints: int = 2,
+               **extra_state: Any):
+    self.agent = agent
+    self.root_dir = root_dir
+    self.env_steps = tf.Variable(0, dtype=tf.int64, name='env_steps')
+    self.checkpoint = tf.train.Checkpoint(
+        agent=agent, env_steps=self.env_steps, **extra_state)
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint, os.path.join(root_dir, CHECKPOINT_DIR),
+        max_to_keep=max_checkpoints)
+    self.summary_writer = tf.summary.create_file_writer(
+        os.path.join(root_dir, TENSORBOARD_DIR))
+    self._summary_interval = summary_interval
+    self._train_fn = None
+
+  @property
+  def train_step(self) -> int:
+    return int(self.agent.train_step_counter.numpy())
+
+  def restore(self) -> bool:
+    """Restores the latest checkpoint in root_dir, if there is one."""
+    latest = self.manager.latest_checkpoint
+    if latest is None:
+      return False
+    self.checkpoint.restore(latest)
+    return True
+
+  def save(self) -> str:
+    return self.manager.save(checkpoint_number=self.train_step)
+
+  def train(self, iterator: Iterator[Any], num_steps: int) -> float:
+    """Runs `num_steps` gradient steps; returns the last total loss."""
+    if self._train_fn is None:
+      agent, interval = self.agent, self._summary_interval
+
+      @tf.function
+      def train_steps(iterator, n):
+        loss = tf.constant(0.0)
+        for _ in tf.range(n):
+          with tf.summary.record_if(
+              tf.equal(agent.train_step_counter % interval, 0)):
+            loss = agent.train(next(iterator)).loss
+        return loss
+
+      self._train_fn = train_steps
+    with self.summary_writer.as_default():
+      return float(self._train_fn(iterator, tf.constant(num_steps)))
+
+  def write_scalars(self, values: dict[str, float], step: int,
+                    prefix: str) -> None:
+    with self.summary_writer.as_default():
+      for name, value in values.items():
+        if value is not None:
+          tf.summary.scalar(f'{prefix}/{name}', value, step=step)
+    self.summary_writer.flush()
+
+  def eval_records(self) -> list[dict]:
+    path = os.path.join(self.root_dir, EVAL_LOG)
+    if not os.path.exists(path):
+      return []
+    with open(path) as f:
+      return [json.loads(line) for line in f if line.strip()]
+
+  def log_eval(self, record: dict, *, x: str, title: str) -> dict:
+    """Appends an eval record, writes it to TensorBoard, redraws the PNG."""
+    record = {'train_step': self.train_step,
+              'env_steps': int(self.env_steps.numpy()),
+              'time': round(time.time(), 1), **record}
+    os.makedirs(self.root_dir, exist_ok=True)
+    with open(os.path.join(self.root_dir, EVAL_LOG), 'a') as f:
+      f.write(json.dumps(record) + '\n')
+    self.write_scalars({k: v for k, v in record.items()
+                        if isinstance(v, (int, float)) and k != 'time'},
+                       step=record[x], prefix='eval')
+    curves.plot_curves({title: self.eval_records()},
+                       os.path.join(self.root_dir, CURVE_PNG), x=x,
+                       title=title, x_label=x.replace('_', ' '),
+                       y_label='average return (greedy, eval episodes)')
+    return record

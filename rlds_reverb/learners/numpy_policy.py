@@ -1,0 +1,209 @@
+"""Policies as plain numpy: MLP weights in an .npz, no TensorFlow at run time.
+
+Acting (data generation, evaluation, online collection) runs one tiny MLP
+per environment step; a TF-Agents policy call costs a graph dispatch per
+step, a numpy forward pass a few microseconds. The learner's actor network
+is exported here after training (or every few thousand steps for the online
+actor), and shipped behaviour policies are these files.
+
+Two heads, matching the TF-Agents actors the learners use:
+  'tanh_normal'  ActorDistributionNetwork + TanhNormalProjectionNetwork (SAC,
+                 CQL-SAC): output splits into mean and log std, the action is
+                 tanh(mean + std * noise) scaled to the action bounds.
+  'deterministic' ddpg.ActorNetwork (TD3, TD3+BC, BC): tanh output scaled
+                 to the action bounds.
+Observations are normalised with (obs - obs_mean) / obs_std first when the
+policy carries those statistics (TD3+BC trains on normalised states).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+HEADS = ('tanh_normal', 'deterministic')
+_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+
+
+@dataclasses.dataclass
+class NumpyPolicy:
+  """An MLP actor: relu hidden layers, linear last layer, a head on top.
+
+  Attributes:
+    head: one of HEADS.
+    kernels: weight matrices [in, out], first layer first.
+    biases: bias vectors, one per kernel.
+    action_low, action_high: the action bounds the head scales to.
+    obs_mean, obs_std: normalisation applied to observations, or None.
+    metadata: JSON-able facts about where the weights came from.
+  """
+
+  head: str
+  kernels: list[np.ndarray]
+  biases: list[np.ndarray]
+  action_low: np.ndarray
+  action_high: np.ndarray
+  obs_mean: np.ndarray | None = None
+  obs_std: np.ndarray | None = None
+  metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if self.head not in HEADS:
+      raise ValueError(f'head must be one of {HEADS}, got {self.head!r}')
+    if not self.kernels or len(self.kernels) != len(self.biases):
+      raise ValueError(f'need one bias per kernel, got {len(self.kernels)} '
+                       f'kernels and {len(self.biases)} biases')
+    self._center = (self.action_high + self.action_low) / 2.0
+    self._magnitude = (self.action_high - self.action_low) / 2.0
+
+  @property
+  def observation_size(self) -> int:
+    return int(self.kernels[0].shape[0])
+
+  @property
+  def action_size(self) -> int:
+    return int(self.action_low.shape[0])
+
+  def _last_layer(self, observations: np.ndarray) -> np.ndarray:
+    x = np.asarray(observations, dtype=np.float32)
+    if x.shape[-1] != self.observation_size:
+      raise ValueError(f'policy takes observations of size '
+                       f'{self.observation_size}, got shape {x.shape}')
+    if self.obs_mean is not None:
+      x = (x - self.obs_mean) / self.obs_std
+    for kernel, bias in zip(self.kernels[:-1], self.biases[:-1]):
+      x = np.maximum(x @ kernel + bias, 0.0)
+    return x @ self.kernels[-1] + self.biases[-1]
+
+  def greedy(self, observations: np.ndarray) -> np.ndarray:
+    """The mode: what evaluation runs (TF-Agents' GreedyPolicy)."""
+    out = self._last_layer(observations)
+    if self.head == 'tanh_normal':
+      out = out[..., :self.action_size]
+    return (self._center + self._magnitude * np.tanh(out)).astype(np.float32)
+
+  def sample(self, observations: np.ndarray, rng: np.random.Generator,
+             noise_std: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Explores: returns (actions, log-probabilities of those actions).
+
+    The tanh-normal head samples its own distribution (log-probs exact).
+    The deterministic head adds Gaussian noise of `noise_std` (in action
+    units, clipped to the bounds, as TD3's collect policy); its log-prob is
+    NaN, since a clipped Gaussian has no density at the bounds.
+    """
+    out = self._last_layer(observations)
+    if self.head == 'deterministic':
+      actions = self._center + self._magnitude * np.tanh(out)
+      if noise_std > 0:
+        actions = actions + rng.normal(0.0, noise_std, actions.shape)
+      actions = np.clip(actions, self.action_low, self.action_high)
+      return (actions.astype(np.float32),
+              np.full(actions.shape[:-1], np.nan, dtype=np.float64))
+    mean, log_std = np.split(out.astype(np.float64), 2, axis=-1)
+    std = np.exp(log_std)
+    noise = rng.standard_normal(mean.shape)
+    pre_tanh = mean + std * noise
+    squashed = np.tanh(pre_tanh)
+    # log(1 - tanh(u)^2), stable for large |u|.
+    log_det = 2.0 * (np.log(2.0) - pre_tanh - np.logaddexp(0.0, -2.0 * pre_tanh))
+    log_prob = np.sum(-0.5 * noise**2 - _LOG_SQRT_2PI - log_std - log_det
+                      - np.log(self._magnitude), axis=-1)
+    actions = self._center + self._magnitude * squashed
+    return actions.astype(np.float32), log_prob
+
+  def save(self, path: str) -> None:
+    """Writes an .npz (float32 weights, metadata as JSON)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    arrays = {'head': np.asarray(self.head),
+              'action_low': self.action_low, 'action_high': self.action_high,
+              'metadata': np.asarray(json.dumps(self.metadata, sort_keys=True))}
+    for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
+      arrays[f'kernel_{i}'] = kernel.astype(np.float32)
+      arrays[f'bias_{i}'] = bias.astype(np.float32)
+    if self.obs_mean is not None:
+      arrays['obs_mean'] = self.obs_mean
+      arrays['obs_std'] = self.obs_std
+    tmp = f'{path}.tmp.npz'
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def load(path: str) -> NumpyPolicy:
+  """Reads a policy written by `NumpyPolicy.save`.
+
+  Raises:
+    FileNotFoundError: no file at `path`.
+    ValueError: the file is not such a policy.
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'no policy file at {path}')
+  with np.load(path, allow_pickle=False) as data:
+    try:
+      count = sum(1 for key in data.files if key.startswith('kernel_'))
+      return NumpyPolicy(
+          head=str(data['head']),
+          kernels=[data[f'kernel_{i}'] for i in range(count)],
+          biases=[data[f'bias_{i}'] for i in range(count)],
+          action_low=data['action_low'], action_high=data['action_high'],
+          obs_mean=data['obs_mean'] if 'obs_mean' in data.files else None,
+          obs_std=data['obs_std'] if 'obs_std' in data.files else None,
+          metadata=json.loads(str(data['metadata'])))
+    except KeyError as e:
+      raise ValueError(f'{path} is not a policy file: missing {e}') from None
+
+
+def dense_layers(network: Any) -> list[Any]:
+  """The Keras Dense layers of a TF-Agents actor network, in call order."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  found = []
+
+  def walk(layer):
+    if isinstance(layer, tf.keras.layers.Dense):
+      found.append(layer)
+      return
+    # TF-Agents networks keep their sub-layers in these attributes.
+    for name in ('_encoder', '_postprocessing_layers', '_mlp_layers',
+                 '_projection_networks', '_projection_layer'):
+      child = getattr(layer, name, None)
+      if child is None:
+        continue
+      for sub in (child if isinstance(child, (list, tuple)) else [child]):
+        walk(sub)
+
+  walk(network)
+  return found
+
+
+def from_network(network: Any, head: str, action_spec: Any, *,
+                 obs_mean: np.ndarray | None = None,
+                 obs_std: np.ndarray | None = None,
+                 metadata: dict[str, Any] | None = None) -> NumpyPolicy:
+  """Copies the weights of a built TF-Agents actor network.
+
+  Raises:
+    ValueError: the network has no Dense layers (not built, or not an MLP).
+  """
+  layers = dense_layers(network)
+  if not layers or not layers[0].weights:
+    raise ValueError('actor network has no built Dense layers to export')
+  kernels = [layer.kernel.numpy() for layer in layers]
+  biases = [layer.bias.numpy() for layer in layers]
+  return NumpyPolicy(
+      head=head, kernels=kernels, biases=biases,
+      action_low=np.asarray(action_spec.minimum, np.float32) *
+      np.ones(action_spec.shape, np.float32),
+      action_high=np.asarray(action_spec.maximum, np.float32) *
+      np.ones(action_spec.shape, np.float32),
+      obs_mean=obs_mean, obs_std=obs_std, metadata=dict(metadata or {}))
+
+
+def update_weights(policy: NumpyPolicy, network: Any) -> None:
+  """Refreshes `policy` in place from `network` (the online actor's sync)."""
+  for i, layer in enumerate(dense_layers(network)):
+    policy.kernels[i] = layer.kernel.numpy()
+    policy.biases[i] = layer.bias.numpy()
+

@@ -1,0 +1,315 @@
+"""Offline training from a Reverb table, and offline-to-online fine-tuning.
+
+`train_offline` pushes a dataset into a table (or reads an existing one),
+trains BC, TD3+BC or CQL-SAC from uniform samples of all of it, evaluates
+in the real environment every `eval_interval` gradient steps (average
+return and D4RL normalised score) and, with `online_finetune_steps`, goes
+on online: a second table takes fresh episodes and every batch is half
+offline, half online (symmetric sampling, as RLPD does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tqdm
+
+from rlds_reverb import convert
+from rlds_reverb import datasets
+from rlds_reverb import sampling
+from rlds_reverb import tables
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import collect
+from rlds_reverb.learners import envs
+from rlds_reverb.learners import evaluation
+from rlds_reverb.learners import loop
+from rlds_reverb.learners import numpy_policy
+from rlds_reverb.learners import offline_data
+from rlds_reverb.learners import online
+
+OFFLINE_TABLE = 'rlds'
+NORMALIZATION_FILE = 'observation_stats.npz'
+
+
+@dataclasses.dataclass
+class OfflineConfig:
+  """An offline run; each field is the `pipelines.train` flag of that name."""
+  agent: str
+  dataset: str
+  root_dir: str
+  env: str = 'HalfCheetah-v5'
+  split: str = 'train'
+  data_dir: str | None = None
+  download: bool = True
+  max_episodes: int = 0
+  reverb_address: str = ''
+  table: str = OFFLINE_TABLE
+  train_steps: int = 300_000
+  batch_size: int = 256
+  eval_interval: int = 10_000
+  eval_episodes: int = 10
+  checkpoint_interval: int = 10_000
+  normalize_observations: bool | None = None  # None: on for td3_bc only
+  online_finetune_steps: int = 0
+  train_every: int = 1000
+  exploration_noise: float = 0.1
+  seed: int = 0
+  agent_config: agents.AgentConfig = dataclasses.field(
+      default_factory=agents.AgentConfig)
+
+  @property
+  def normalizes(self) -> bool:
+    if self.normalize_observations is None:
+      return self.agent == 'td3_bc'
+    return self.normalize_observations
+
+
+def _check(config: OfflineConfig) -> None:
+  if config.agent not in agents.OFFLINE_AGENTS:
+    raise ValueError(f'agent {config.agent!r} is not an offline agent; one '
+                     f'of: {", ".join(agents.OFFLINE_AGENTS)}')
+  for name in ('train_steps', 'batch_size', 'eval_interval', 'eval_episodes',
+               'checkpoint_interval', 'train_every'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  if config.online_finetune_steps < 0:
+    raise ValueError('online_finetune_steps must be >= 0, got '
+                     f'{config.online_finetune_steps}')
+  if config.online_finetune_steps and config.agent == 'bc':
+    raise ValueError('bc has no critic to fine-tune online; use td3_bc or '
+                     'cql_sac with --online_finetune_steps')
+  if config.online_finetune_steps and config.batch_size < 2:
+    raise ValueError('symmetric sampling needs batch_size >= 2')
+
+
+class _Tables:
+  """The offline table (ours or external) and, for fine-tuning, ours online."""
+
+  def __init__(self, config: OfflineConfig, specs: envs.EnvSpecs,
+               data_spec: Any):
+    self.server = None
+    table_list = []
+    if not config.reverb_address:
+      table_list.append(tables.make_table(
+          config.table, data_spec,
+          max_size=offline_data.UNBOUNDED_TABLE_SIZE,
+          min_size_to_sample=1))
+    if config.online_finetune_steps:
+      table_list.append(tables.make_table(
+          online.ONLINE_TABLE, online.trajectory_spec(specs),
+          max_size=max(config.online_finetune_steps, 1),
+          min_size_to_sample=config.batch_size // 2))
+    if table_list:
+      # Checkpointed with the run, so a resumed run neither pushes again
+      # nor loses its online data.
+      self.server = tables.start_server(
+          table_list, checkpoint_dir=os.path.join(config.root_dir,
+                                                  online.REVERB_CHECKPOINTS))
+    self.local_address = (f'localhost:{self.server.port}' if self.server
+                          else None)
+    self.offline_address = config.reverb_address or self.local_address
+    self.offline_client = (
+        tables.connect(config.reverb_address) if config.reverb_address
+        else self.server.localhost_client())
+
+  def checkpoint(self) -> None:
+    if self.server is not None:
+      tables.checkpoint(self.server.localhost_client())
+
+  def stop(self) -> None:
+    if self.server is not None:
+      self.server.stop()
+      self.server = None
+
+
+def load_offline_data(config: OfflineConfig, specs: envs.EnvSpecs,
+                      rlds_data: tf.data.Dataset | None, data_spec: Any,
+                      reverb_tables: _Tables, show_progress: bool
+                      ) -> offline_data.TableData:
+  """Reads the existing table, or pushes the dataset into ours."""
+  client, address = reverb_tables.offline_client, reverb_tables.offline_address
+  if rlds_data is None:
+    return offline_data.existing_table(client, address, config.table, specs)
+  size = tables.get_table_info(client, config.table).current_size
+  if size:  # Restored from the run's Reverb checkpoint.
+    return offline_data.TableData(address, config.table, data_spec, size,
+                                  None)
+  with tqdm.tqdm(desc=f'push {config.dataset}', unit='step',
+                 disable=not show_progress) as bar:
+    data = offline_data.push_to_new_table(rlds_data, client, address,
+                                          config.table, progress=bar.update)
+  reverb_tables.checkpoint()
+  return data
+
+
+def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
+  rlds_data = datasets.load(config.dataset, split=config.split,
+                            data_dir=config.data_dir, download=config.download)
+  if config.max_episodes:
+    rlds_data = rlds_data.take(config.max_episodes)
+  return rlds_data
+
+
+def _observation_stats(config: OfflineConfig, data: offline_data.TableData
+                       ) -> tuple[np.ndarray | None, np.ndarray | None]:
+  if not config.normalizes:
+    return None, None
+  path = os.path.join(config.root_dir, NORMALIZATION_FILE)
+  if os.path.exists(path):  # Resumed: the networks were trained on these.
+    with np.load(path) as saved:
+      return saved['mean'], saved['std']
+  mean, std = offline_data.observation_stats(data)
+  os.makedirs(config.root_dir, exist_ok=True)
+  np.savez(path, mean=mean, std=std)
+  return mean, std
+
+
+def train_offline(config: OfflineConfig, *, show_progress: bool = True
+                  ) -> dict:
+  """Runs the offline phase (and fine-tuning); returns the final summary."""
+  _check(config)
+  tf.random.set_seed(config.seed)
+  specs = envs.env_specs(config.env)
+  os.makedirs(config.root_dir, exist_ok=True)
+  rlds_data, data_spec = None, None
+  if not config.reverb_address:
+    rlds_data = offline_data.check_and_cast(load_dataset(config), specs)
+    data_spec = convert.create_trajectory_data_spec(rlds_data)
+  reverb_tables = _Tables(config, specs, data_spec)
+  try:
+    data = load_offline_data(config, specs, rlds_data, data_spec,
+                             reverb_tables, show_progress)
+    mean, std = _observation_stats(config, data)
+    agent = agents.make_agent(config.agent, specs.time_step_spec,
+                              specs.action_spec, config.agent_config)
+    learner = loop.Learner(agent, config.root_dir)
+    learner.restore()
+    policy = online.export_policy(agent, config.agent, specs,
+                                  dataset=config.dataset, seed=config.seed)
+    policy.obs_mean, policy.obs_std = mean, std
+    normalize = offline_data.normalizer(mean, std)
+    summary = {'agent': config.agent, 'dataset': config.dataset,
+               'env': config.env, 'seed': config.seed,
+               'table_size': data.table_size,
+               'batch_size': config.batch_size}
+
+    def evaluate(title: str, x: str) -> dict:
+      numpy_policy.update_weights(policy, agents.actor_network(agent))
+      result = evaluation.evaluate(policy.greedy, config.env,
+                                   config.eval_episodes,
+                                   seed=10_000 + config.seed)
+      return learner.log_eval({**result.to_dict(), 'phase': title}, x=x,
+                              title=f'{config.agent} on {config.dataset}, '
+                              f'seed {config.seed}')
+
+    offline_batches = offline_data.sample_batches(
+        data, config.batch_size).map(normalize)
+    start, seconds = learner.train_step, 0.0
+    iterator = iter(offline_batches)
+    record = None
+    with tqdm.tqdm(total=config.train_steps, initial=min(
+        start, config.train_steps), unit='grad step',
+                   desc=f'{config.agent} offline',
+                   disable=not show_progress) as bar:
+      while learner.train_step < config.train_steps:
+        before = learner.train_step
+        todo = min(config.eval_interval - before % config.eval_interval,
+                   config.checkpoint_interval -
+                   before % config.checkpoint_interval,
+                   config.train_steps - before)
+        t0 = time.perf_counter()
+        loss = learner.train(iterator, todo)
+        seconds += time.perf_counter() - t0
+        bar.update(todo)
+        bar.set_postfix(loss=f'{loss:.3g}')
+        after = learner.train_step
+        if after % config.eval_interval == 0 or after == config.train_steps:
+          record = evaluate('offline', 'train_step')
+          bar.write(f'eval at {after} gradient steps: return '
+                    f'{record["average_return"]:.1f}, normalised '
+                    f'{_fmt(record["normalized_score"])}')
+        if (after % config.checkpoint_interval == 0 or
+            after == config.train_steps):
+          learner.save()
+    done = learner.train_step - start
+    if record is None:  # Resumed after the offline phase had finished.
+      record = evaluate('offline', 'train_step')
+    summary.update(
+        offline_return=record['average_return'],
+        offline_normalized_score=record['normalized_score'],
+        train_steps=learner.train_step,
+        grad_steps_per_s=round(done / seconds, 1) if seconds else None,
+        sampled_transitions_per_s=(round(done * config.batch_size / seconds)
+                                   if seconds else None))
+    policy.save(os.path.join(config.root_dir, 'policy_offline.npz'))
+    if config.online_finetune_steps:
+      summary.update(finetune(config, specs, learner, policy, data, normalize,
+                              reverb_tables, evaluate, show_progress))
+    return summary
+  finally:
+    reverb_tables.stop()
+
+
+def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
+             learner: loop.Learner, policy: numpy_policy.NumpyPolicy,
+             data: offline_data.TableData, normalize, reverb_tables: _Tables,
+             evaluate, show_progress: bool) -> dict:
+  """Offline-to-online: half of every batch from each table."""
+  half = config.batch_size // 2
+  batches = sampling.mixed_dataset(
+      [offline_data.sample_batches(data, config.batch_size - half),
+       sampling.transition_dataset(
+           reverb_tables.local_address, online.ONLINE_TABLE,
+           online.trajectory_spec(specs), half)],
+      [config.batch_size - half, half]).map(normalize)
+  collector = collect.Collector(
+      config.env, reverb_tables.server.localhost_client(), online.ONLINE_TABLE,
+      seed=config.seed * 1_000_003 + int(learner.env_steps.numpy()))
+  act = collect.policy_act(policy, config.exploration_noise)
+  iterator = None
+  try:
+    with tqdm.tqdm(total=config.online_finetune_steps,
+                   initial=int(learner.env_steps.numpy()), unit='env step',
+                   desc=f'{config.agent} fine-tune',
+                   disable=not show_progress) as bar:
+      while int(learner.env_steps.numpy()) < config.online_finetune_steps:
+        before = int(learner.env_steps.numpy())
+        collector.collect(config.train_every, act)
+        learner.env_steps.assign_add(config.train_every)
+        if iterator is None:
+          iterator = iter(batches)
+        learner.train(iterator, config.train_every)
+        numpy_policy.update_weights(policy, agents.actor_network(
+            learner.agent))
+        after = int(learner.env_steps.numpy())
+        bar.update(after - before)
+        if online._crossed(before, after, config.eval_interval):  # pylint: disable=protected-access
+          record = evaluate('online', 'env_steps')
+          bar.write(f'eval at {after} env steps: return '
+                    f'{record["average_return"]:.1f}')
+        if online._crossed(before, after, config.checkpoint_interval):  # pylint: disable=protected-access
+          learner.save()
+          reverb_tables.checkpoint()
+    record = evaluate('online', 'env_steps')
+    learner.save()
+    reverb_tables.checkpoint()
+  finally:
+    collector.close()
+  policy.save(os.path.join(config.root_dir, 'policy_finetuned.npz'))
+  return {'finetune_env_steps': int(learner.env_steps.numpy()),
+          'finetuned_return': record['average_return'],
+          'finetuned_normalized_score': record['normalized_score']}
+
+
+def _fmt(value: float | None) -> str:
+  return 'n/a' if value is None else f'{value:.1f}'
+
+
+def summary_line(summary: dict) -> str:
+  return json.dumps(summary)

@@ -1,0 +1,175 @@
+"""Offline data for the learners: load, check, cast, push, sample, normalise.
+
+One path from a dataset name to batches of transitions, built on the
+foundation: `datasets.load` reads it, `push_rlds_to_table` writes it
+(terminal-discount fix on) into a table big enough for all of it, and
+`sampling.transition_dataset` reads batches back. Nothing is read twice and
+nothing is dropped: a push that would not fit fails instead of evicting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import reverb
+import rlds
+import tensorflow as tf
+from tf_agents.trajectories import trajectory
+
+from rlds_reverb import convert
+from rlds_reverb import push
+from rlds_reverb import sampling
+from rlds_reverb import tables
+from rlds_reverb.learners import envs
+
+# Step fields that become agent inputs, and the dtype agents compute in.
+CAST_FIELDS = (rlds.OBSERVATION, rlds.ACTION, rlds.REWARD, rlds.DISCOUNT)
+AGENT_DTYPE = tf.float32
+# Table size when the dataset's size is unknown up front: Reverb allocates
+# per item, not per slot, so a large bound costs nothing.
+UNBOUNDED_TABLE_SIZE = 100_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class TableData:
+  """Where the transitions live and how to read them."""
+  address: str
+  table: str
+  data_spec: trajectory.Trajectory  # per step, float32 after casting
+  table_size: int
+  pushed: push.PushStats | None  # None when an existing table was read
+
+
+def check_and_cast(rlds_data: tf.data.Dataset, specs: envs.EnvSpecs
+                   ) -> tf.data.Dataset:
+  """Casts observation/action/reward/discount to float32, checked against env.
+
+  D4RL v2 configs store float32 steps with float64 `infos`; v1 replay configs
+  are float64 throughout; agents compute in float32. Extra fields (infos)
+  are left as they are: the conversion does not use them.
+
+  Raises:
+    ValueError: a field is not numeric (cannot be cast), or its shape is not
+      what the env observes / acts; the message names field, dtype, shape.
+  """
+  convert.create_trajectory_data_spec(rlds_data)  # Validates the RLDS spec.
+  step_spec = rlds_data.element_spec[rlds.STEPS].element_spec
+  check_fields({f: step_spec[f] for f in CAST_FIELDS}, specs,
+               'dataset step field')
+  if all(step_spec[f].dtype == AGENT_DTYPE for f in CAST_FIELDS):
+    return rlds_data
+
+  def cast_steps(steps):
+    return {k: (tf.cast(v, AGENT_DTYPE) if k in CAST_FIELDS else v)
+            for k, v in steps.items()}
+
+  def cast_episode(episode):
+    episode = dict(episode)
+    episode[rlds.STEPS] = episode[rlds.STEPS].map(cast_steps)
+    return episode
+
+  return rlds_data.map(cast_episode)
+
+
+def check_fields(fields: dict[str, Any], specs: envs.EnvSpecs,
+                 what: str) -> None:
+  """Checks that each field can be cast to float32 and has the env's shape.
+
+  Raises:
+    ValueError: naming the field, its dtype or shape, and what is needed.
+  """
+  expected = {rlds.OBSERVATION: specs.observation_shape,
+              rlds.ACTION: tuple(specs.action_spec.shape),
+              rlds.REWARD: (), rlds.DISCOUNT: ()}
+  for field, spec in fields.items():
+    if not isinstance(spec, tf.TensorSpec):
+      raise ValueError(f'{what} {field!r} is a nest '
+                       f'({type(spec).__name__}); the agents need one tensor')
+    if not (spec.dtype.is_floating or spec.dtype.is_integer or
+            spec.dtype.is_bool):
+      raise ValueError(f'{what} {field!r} has dtype {spec.dtype.name}, which '
+                       f'cannot be cast to {AGENT_DTYPE.name}')
+    if tuple(spec.shape.as_list()) != expected[field]:
+      raise ValueError(
+          f'{what} {field!r} has shape {spec.shape.as_list()} but env '
+          f'{specs.env_id} needs {list(expected[field])}')
+
+
+def push_to_new_table(rlds_data: tf.data.Dataset, client: reverb.Client,
+                      address: str, table: str, *,
+                      progress=None) -> TableData:
+  """Pushes all of `rlds_data` (2-step items, terminal fix on) into `table`.
+
+  Raises:
+    RuntimeError: the table evicted items (it was too small for the data).
+  """
+  stats = push.PushStats()
+  size_before = tables.get_table_info(client, table).current_size
+  push.push_rlds_to_table(rlds_data, client, table, sequence_length=2,
+                          zero_terminal_discount=True, stats=stats,
+                          progress=progress, num_workers=2)
+  size = tables.get_table_info(client, table).current_size
+  if size != size_before + stats.items:
+    raise RuntimeError(
+        f'table {table!r} holds {size} items after {stats.items} were '
+        f'written into {size_before}: it evicted data (raise its max_size)')
+  return TableData(address, table, convert.create_trajectory_data_spec(
+      rlds_data), size, stats)
+
+
+def existing_table(client: reverb.Client, address: str, table: str,
+                   specs: envs.EnvSpecs) -> TableData:
+  """Describes a table someone else filled (e.g. `pipelines.push --serve`).
+
+  Raises:
+    tables.TableNotFoundError: no such table.
+    ValueError: the table has no signature, is empty, or holds fields the
+      env's agent cannot use (see `check_fields`).
+  """
+  info = tables.get_table_info(client, table)
+  if info.signature is None:
+    raise ValueError(f'table {table!r} at {address} has no signature; '
+                     'make it with pipelines.serve or pipelines.push')
+  if info.current_size == 0:
+    raise ValueError(f'table {table!r} at {address} is empty; push a '
+                     'dataset into it first (pipelines.push)')
+  data_spec = tf.nest.map_structure(
+      lambda s: tf.TensorSpec(s.shape[1:], s.dtype), info.signature)
+  check_fields({f: getattr(data_spec, f) for f in CAST_FIELDS}, specs,
+               f'table {table!r} field')
+  return TableData(address, table, data_spec, info.current_size, None)
+
+
+def sample_batches(data: TableData, batch_size: int) -> tf.data.Dataset:
+  """Batches of [batch_size, 2] trajectories from the table, float32."""
+  return sampling.transition_dataset(data.address, data.table, data.data_spec,
+                                     batch_size, dtypes_to=AGENT_DTYPE)
+
+
+def observation_stats(data: TableData, num_samples: int = 100_000,
+                      batch_size: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+  """Mean and std of observations, from uniform samples of the table.
+
+  TD3+BC normalises states with the dataset's statistics; a uniform sample
+  of 100k transitions estimates them to well under 1% of a std.
+  """
+  batches = max(1, num_samples // batch_size)
+  observations = [
+      batch.observation[:, 0].numpy() for batch in
+      sample_batches(data, batch_size).take(batches)]
+  flat = np.concatenate(observations).reshape(
+      -1, int(np.prod(data.data_spec.observation.shape)))
+  return flat.mean(0).astype(np.float32), (flat.std(0) + 1e-3).astype(
+      np.float32)
+
+
+def normalizer(mean: np.ndarray | None, std: np.ndarray | None):
+  """Batch map that normalises both observations of each transition."""
+  if mean is None:
+    return lambda batch: batch
+  mean_t, std_t = tf.constant(mean), tf.constant(std)
+  return lambda batch: batch._replace(
+      observation=(batch.observation - mean_t) / std_t)
+

@@ -1,0 +1,187 @@
+"""Online training: an actor fills a Reverb table, a learner samples from it.
+
+The loop alternates `train_every` env steps of collection (numpy actor,
+episodes written with `push_rlds_to_table`) with `train_every * utd`
+gradient steps on batches sampled from the table, SpinningUp's
+`update_every` scheme. Everything needed to resume is checkpointed together:
+the agent (Learner) and the Reverb table (Reverb's own checkpointer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+import numpy as np
+import reverb
+import tensorflow as tf
+import tqdm
+from tf_agents.trajectories import policy_step
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from rlds_reverb import sampling
+from rlds_reverb import tables
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import collect
+from rlds_reverb.learners import envs
+from rlds_reverb.learners import evaluation
+from rlds_reverb.learners import loop
+from rlds_reverb.learners import numpy_policy
+
+ONLINE_TABLE = 'online'
+REVERB_CHECKPOINTS = 'reverb'
+POLICY_SNAPSHOTS = 'policies'
+
+
+@dataclasses.dataclass
+class OnlineConfig:
+  """An online run; each field is the `pipelines.train` flag of that name."""
+  env: str
+  root_dir: str
+  agent: str = 'sac'
+  env_steps: int = 300_000
+  initial_collect_steps: int = 10_000
+  batch_size: int = 256
+  train_every: int = 1000
+  utd: float = 1.0  # gradient steps per env step
+  eval_interval: int = 10_000
+  eval_episodes: int = 10
+  checkpoint_interval: int = 20_000
+  snapshot_interval: int = 0  # save a numpy policy every N env steps; 0: off
+  replay_size: int = 1_000_000
+  exploration_noise: float = 0.1  # TD3-style agents only
+  seed: int = 0
+  agent_config: agents.AgentConfig = dataclasses.field(
+      default_factory=agents.AgentConfig)
+
+
+def trajectory_spec(specs: envs.EnvSpecs) -> trajectory.Trajectory:
+  """The per-step spec of what the collector writes (float32 RLDS steps)."""
+  obs = tf.TensorSpec(specs.observation_shape, tf.float32)
+  step_spec = ts.time_step_spec(obs, tf.TensorSpec((), tf.float32))
+  action = policy_step.PolicyStep(
+      tf.TensorSpec(specs.action_spec.shape, tf.float32))
+  return trajectory.from_transition(step_spec, action, step_spec)
+
+
+def _check(config: OnlineConfig) -> None:
+  for name in ('env_steps', 'batch_size', 'train_every', 'eval_interval',
+               'eval_episodes', 'checkpoint_interval', 'replay_size'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  if config.initial_collect_steps < 0 or config.utd <= 0:
+    raise ValueError('initial_collect_steps must be >= 0 and utd > 0')
+  if config.agent not in agents.ONLINE_AGENTS:
+    raise ValueError(f'agent {config.agent!r} does not train online; one of: '
+                     f'{", ".join(agents.ONLINE_AGENTS)}')
+
+
+def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
+                  **metadata: Any) -> numpy_policy.NumpyPolicy:
+  return numpy_policy.from_network(
+      agents.actor_network(agent), agents.HEAD[kind], specs.action_spec,
+      metadata={'env': specs.env_id, 'agent': kind, **metadata})
+
+
+def train_online(config: OnlineConfig, *, show_progress: bool = True,
+                 on_eval: Callable[[dict], None] | None = None) -> dict:
+  """Trains `config.agent` online in `config.env`; resumes from root_dir.
+
+  Returns:
+    The last evaluation record (average return, normalised score, steps).
+  """
+  _check(config)
+  tf.random.set_seed(config.seed)
+  specs = envs.env_specs(config.env)
+  data_spec = trajectory_spec(specs)
+  os.makedirs(config.root_dir, exist_ok=True)
+  server = tables.start_server(
+      [tables.make_table(ONLINE_TABLE, data_spec, max_size=config.replay_size,
+                         min_size_to_sample=config.batch_size)],
+      checkpoint_dir=os.path.join(config.root_dir, REVERB_CHECKPOINTS))
+  collector = None
+  try:
+    client = server.localhost_client()
+    agent = agents.make_agent(config.agent, specs.time_step_spec,
+                              specs.action_spec, config.agent_config)
+    learner = loop.Learner(agent, config.root_dir)
+    resumed = learner.restore()
+    start = int(learner.env_steps.numpy())
+    collector = collector_for(config, client, start)
+    policy = export_policy(agent, config.agent, specs)
+    iterator = None
+    record = {}
+    title = f'{config.agent} online, {config.env}, seed {config.seed}'
+    with tqdm.tqdm(total=config.env_steps, initial=start, unit='env step',
+                   desc=f'{config.agent} {config.env}', smoothing=0.05,
+                   disable=not show_progress) as bar:
+      if resumed:
+        bar.write(f'resumed at {start} env steps, {learner.train_step} '
+                  'gradient steps')
+      while int(learner.env_steps.numpy()) < config.env_steps:
+        steps_before = int(learner.env_steps.numpy())
+        if steps_before < config.initial_collect_steps:
+          act = collect.random_act(specs.action_low, specs.action_high)
+        else:
+          act = collect.policy_act(policy, config.exploration_noise)
+        returns = collector.collect(config.train_every, act)
+        learner.env_steps.assign_add(config.train_every)
+        env_steps = int(learner.env_steps.numpy())
+        if env_steps >= config.initial_collect_steps:
+          if iterator is None:
+            iterator = iter(sampling.transition_dataset(
+                f'localhost:{server.port}', ONLINE_TABLE, data_spec,
+                config.batch_size))
+          learner.train(iterator, int(config.train_every * config.utd))
+          numpy_policy.update_weights(policy, agents.actor_network(agent))
+        if returns:
+          learner.write_scalars({'return': float(np.mean(returns))},
+                                env_steps, 'collect')
+          bar.set_postfix(ret=f'{np.mean(returns):.0f}',
+                          grad_steps=learner.train_step)
+        bar.update(env_steps - steps_before)
+        if _crossed(steps_before, env_steps, config.eval_interval):
+          result = evaluation.evaluate(policy.greedy, config.env,
+                                       config.eval_episodes,
+                                       seed=10_000 + config.seed)
+          record = learner.log_eval(result.to_dict(), x='env_steps',
+                                    title=title)
+          bar.write(f'eval at {env_steps} env steps: return '
+                    f'{result.average_return:.1f} +- {result.std_return:.1f}')
+          if on_eval is not None:
+            on_eval(record)
+        if config.snapshot_interval and _crossed(
+            steps_before, env_steps, config.snapshot_interval):
+          snapshot = export_policy(
+              agent, config.agent, specs, env_steps=env_steps,
+              train_step=learner.train_step, seed=config.seed,
+              eval=record if record.get('env_steps') == env_steps else None)
+          snapshot.save(os.path.join(config.root_dir, POLICY_SNAPSHOTS,
+                                     f'step_{env_steps:08d}.npz'))
+        if (_crossed(steps_before, env_steps, config.checkpoint_interval)
+            or env_steps >= config.env_steps):
+          learner.save()
+          tables.checkpoint(client)
+    export_policy(agent, config.agent, specs, env_steps=config.env_steps,
+                  seed=config.seed).save(
+                      os.path.join(config.root_dir, 'policy.npz'))
+    return record
+  finally:
+    if collector is not None:
+      collector.close()
+    server.stop()
+
+
+def collector_for(config: OnlineConfig, client: reverb.Client,
+                  env_steps: int) -> collect.Collector:
+  # A resumed run reseeds from its step count: it does not replay the
+  # episodes it already collected.
+  return collect.Collector(config.env, client, ONLINE_TABLE,
+                           seed=config.seed * 1_000_003 + env_steps)
+
+
+def _crossed(before: int, after: int, interval: int) -> bool:
+  """Whether a multiple of `interval` lies in (before, after]."""
+  return after // interval > before // interval

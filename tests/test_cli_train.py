@@ -1,0 +1,137 @@
+"""Short runs of `python -m pipelines.train`, as a user runs it.
+
+Tiny budgets (a few hundred gradient steps, one evaluation episode) on a
+tiny generated HalfCheetah dataset; each checks something the run must get
+right: the JSON summary, the files of a run, resuming, and one-line errors.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rlds_reverb import recording
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+TIMEOUT_S = 600
+EPISODES, LIMIT = 4, 50
+
+
+def _train(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, '-m', 'pipelines.train', *args], cwd=REPO, env=ENV,
+      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def _summary(proc: subprocess.CompletedProcess) -> dict:
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+  assert proc.returncode != 0, proc.stdout
+  assert 'Traceback' not in proc.stderr, proc.stderr
+  errors = [l for l in proc.stderr.splitlines() if l.startswith('train: error')]
+  assert len(errors) == 1, proc.stderr
+  return errors[0]
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory):
+  out = tmp_path_factory.mktemp('data') / 'hc'
+  recording.generate_dataset('HalfCheetah-v5', 'random', EPISODES, str(out),
+                             seed=1, max_episode_steps=LIMIT,
+                             show_progress=False)
+  return str(out)
+
+
+def test_offline_td3_bc_run_resume_and_files(dataset, tmp_path):
+  root = str(tmp_path / 'run')
+  common = ['--agent', 'td3_bc', '--dataset', dataset, '--root_dir', root,
+            '--eval_interval', '100', '--checkpoint_interval', '100',
+            '--eval_episodes', '1', '--batch_size', '32']
+  first = _summary(_train(*common, '--steps', '200'))
+  assert first['train_steps'] == 200
+  assert first['table_size'] == EPISODES * LIMIT  # The whole dataset.
+  low, high = -280.178953, 12135.0
+  assert first['offline_normalized_score'] == pytest.approx(
+      100 * (first['offline_return'] - low) / (high - low))
+  assert first['grad_steps_per_s'] > 0
+  for name in ('learning_curve.png', 'eval.jsonl', 'policy_offline.npz',
+               'observation_stats.npz', 'checkpoints', 'tensorboard'):
+    assert os.path.exists(os.path.join(root, name)), name
+  assert any(f.startswith('events') for f in os.listdir(
+      os.path.join(root, 'tensorboard')))
+  # Resume: the second run starts at 200 and only adds 100 steps.
+  second = _summary(_train(*common, '--steps', '300'))
+  assert second['train_steps'] == 300
+  with open(os.path.join(root, 'eval.jsonl')) as f:
+    steps = [json.loads(line)['train_step'] for line in f]
+  assert steps == [100, 200, 300]
+
+
+def test_offline_to_online_reports_both_scores(dataset, tmp_path):
+  summary = _summary(_train(
+      '--agent', 'td3_bc', '--dataset', dataset, '--root_dir',
+      str(tmp_path / 'ft'), '--steps', '100', '--eval_interval', '100',
+      '--eval_episodes', '1', '--batch_size', '32',
+      '--online_finetune_steps', '1000', '--train_every', '1000'))
+  assert summary['finetune_env_steps'] == 1000
+  assert 'offline_normalized_score' in summary
+  assert 'finetuned_normalized_score' in summary
+  assert summary['train_steps'] == 100
+
+
+def test_online_sac_short_run(tmp_path):
+  root = str(tmp_path / 'sac')
+  summary = _summary(_train(
+      '--agent', 'sac', '--env', 'HalfCheetah-v5', '--root_dir', root,
+      '--steps', '2000', '--initial_collect_steps', '1000',
+      '--train_every', '1000', '--eval_interval', '2000',
+      '--eval_episodes', '1', '--batch_size', '32', '--snapshot_interval',
+      '1000'))
+  assert summary['env_steps'] == 2000
+  # Learning starts once the 1000 random steps are in: then 1000 gradient
+  # steps after each of the two collection phases.
+  assert summary['train_step'] == 2000
+  assert sorted(os.listdir(os.path.join(root, 'policies'))) == [
+      'step_00001000.npz', 'step_00002000.npz']
+  out = tmp_path / 'gen'
+  # A snapshot is a behaviour policy for pipelines.generate.
+  generated = recording.generate_dataset(
+      'HalfCheetah-v5', os.path.join(root, 'policy.npz'), 1, str(out),
+      seed=0, max_episode_steps=10, show_progress=False)
+  assert generated.num_env_steps == 10
+  assert np.isfinite(generated.mean_return)
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--agent', 'nope'], 'flag --agent=nope'),
+    (['--agent', 'bc'], '--agent bc needs offline data'),
+    (['--agent', 'sac', '--dataset', 'x'], '--agent sac trains online'),
+    (['--agent', 'bc', '--dataset', '/no/such/dir'],
+     'dataset path /no/such/dir does not exist'),
+    (['--agent', 'bc', '--dataset', 'd4rl_mujoco_halfcheetah/v2-medium',
+      '--nodownload', '--data_dir', '/tmp/rlds_reverb_no_data'],
+     "TFDS dataset 'd4rl_mujoco_halfcheetah/v2-medium' is not prepared"),
+    (['--agent', 'bc', '--reverb_address', 'localhost:1'],
+     'cannot reach Reverb server at localhost:1'),
+    (['--agent', 'td3_bc', '--dataset', 'x', '--reverb_address', 'y:1'],
+     'not both'),
+    (['--agent', 'sac', '--batch_size', '0'], 'flag --batch_size=0'),
+])
+def test_bad_input_gives_one_error_line(args, message, tmp_path):
+  line = _error_line(_train(*args, '--root_dir', str(tmp_path / 'r')))
+  assert message in line, line
+
+
+def test_dataset_for_another_env_is_refused(dataset, tmp_path):
+  line = _error_line(_train('--agent', 'bc', '--dataset', dataset,
+                            '--env', 'Hopper-v5', '--root_dir',
+                            str(tmp_path / 'r')))
+  assert "'observation' has shape [17] but env Hopper-v5 needs [11]" in line
