@@ -95,3 +95,56 @@ def replay_schedule(env_id: str) -> list[dict]:
 
 def replay_policy_path(env_id: str, name: str) -> str:
   return str(env_dir(env_id) / REPLAY_DIR / f'{name}.npz')
+
+
+def ship_from_run(run_dir: str, env_id: str, *,
+                  policy_dir: pathlib.Path | None = None,
+                  medium_fraction: float = 1 / 3,
+                  initial_collect_steps: int = 10_000) -> dict:
+  """Turns an online run's snapshots into the shipped behaviour policies.
+
+  `medium` is the snapshot whose evaluation return is closest to
+  `medium_fraction` of the run's last one (D4RL's definition); `final` is
+  the run's last policy; `replay/` holds the snapshots before `medium` and
+  a schedule saying how many env steps each collected in training (the
+  first `initial_collect_steps` were uniform random).
+
+  Returns:
+    What was chosen: {'medium': step, 'medium_return', 'final_return', ...}.
+
+  Raises:
+    ValueError: the run has no evaluated snapshots.
+  """
+  policy_dir = policy_dir or env_dir(env_id)
+  evals = {}
+  with open(os.path.join(run_dir, 'eval.jsonl')) as f:
+    for line in f:
+      record = json.loads(line)
+      evals[record['env_steps']] = record['average_return']
+  snapshots = sorted(pathlib.Path(run_dir, 'policies').glob('step_*.npz'))
+  steps = {int(p.stem.split('_')[1]): p for p in snapshots}
+  evaluated = sorted(s for s in steps if s in evals)
+  if not evaluated:
+    raise ValueError(f'{run_dir} holds no evaluated policy snapshots')
+  final_step = evaluated[-1]
+  final_return = evals[final_step]
+  medium_step = min(evaluated, key=lambda s: abs(
+      evals[s] - medium_fraction * final_return))
+  (policy_dir / REPLAY_DIR).mkdir(parents=True, exist_ok=True)
+  numpy_policy.load(str(steps[medium_step])).save(
+      str(policy_dir / 'medium.npz'))
+  numpy_policy.load(str(steps[final_step])).save(str(policy_dir / 'final.npz'))
+  segments = [{'policy': 'random', 'env_steps': initial_collect_steps}]
+  collected_by = [s for s in sorted(steps)
+                  if initial_collect_steps <= s < medium_step]
+  for start, end in zip(collected_by, collected_by[1:] + [medium_step]):
+    name = f'step_{start:08d}'
+    numpy_policy.load(str(steps[start])).save(
+        str(policy_dir / REPLAY_DIR / f'{name}.npz'))
+    segments.append({'policy': name, 'env_steps': end - start})
+  chosen = {'medium_step': medium_step, 'medium_return': evals[medium_step],
+            'final_step': final_step, 'final_return': final_return,
+            'replay_env_steps': sum(s['env_steps'] for s in segments)}
+  with open(policy_dir / REPLAY_DIR / SCHEDULE_FILE, 'w') as f:
+    json.dump({'segments': segments, 'source': chosen}, f, indent=1)
+  return chosen

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from rlds_reverb import behaviour_policies
 from rlds_reverb import recording
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def test_offline_to_online_reports_both_scores(dataset, tmp_path):
   assert summary['train_steps'] == 100
 
 
-def test_online_sac_short_run(tmp_path):
+def test_online_sac_short_run(tmp_path, monkeypatch):
   root = str(tmp_path / 'sac')
   summary = _summary(_train(
       '--agent', 'sac', '--env', 'HalfCheetah-v5', '--root_dir', root,
@@ -101,6 +102,22 @@ def test_online_sac_short_run(tmp_path):
   assert summary['train_step'] == 2000
   assert sorted(os.listdir(os.path.join(root, 'policies'))) == [
       'step_00001000.npz', 'step_00002000.npz']
+  # Its snapshots become shipped behaviour policies and a replay schedule.
+  monkeypatch.setattr(behaviour_policies, 'POLICY_DIR', tmp_path / 'ship')
+  shipped = behaviour_policies.ship_from_run(root, 'HalfCheetah-v5',
+                                             initial_collect_steps=1000)
+  assert shipped['final_step'] == 2000
+  assert shipped['medium_step'] == 2000  # The only evaluated snapshot.
+  assert behaviour_policies.shipped_names('HalfCheetah-v5') == [
+      'final', 'medium']
+  assert behaviour_policies.replay_schedule('HalfCheetah-v5') == [
+      {'policy': 'random', 'env_steps': 1000},
+      {'policy': 'step_00001000', 'env_steps': 1000}]
+  replay = recording.generate_dataset(
+      'HalfCheetah-v5', 'random', None, str(tmp_path / 'replay'), seed=0,
+      max_episode_steps=500, dataset_kind='medium-replay',
+      show_progress=False)
+  assert (replay.num_episodes, replay.num_env_steps) == (4, 2000)
   out = tmp_path / 'gen'
   # A snapshot is a behaviour policy for pipelines.generate.
   generated = recording.generate_dataset(

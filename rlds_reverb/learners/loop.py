@@ -92,7 +92,12 @@ class Learner:
     self.summary_writer.flush()
 
   def eval_records(self) -> list[dict]:
-    path = os.path.join(self.root_dir, EVAL_LOG)
+    return self.read_eval_log(self.root_dir)
+
+  @staticmethod
+  def read_eval_log(root_dir: str) -> list[dict]:
+    """The eval records of the run in `root_dir` (empty if none yet)."""
+    path = os.path.join(root_dir, EVAL_LOG)
     if not os.path.exists(path):
       return []
     with open(path) as f:

@@ -210,7 +210,7 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
 
     offline_batches = offline_data.sample_batches(
         data, config.batch_size).map(normalize)
-    start, seconds = learner.train_step, 0.0
+    start, seconds, timed = learner.train_step, 0.0, 0
     iterator = iter(offline_batches)
     record = None
     with tqdm.tqdm(total=config.train_steps, initial=min(
@@ -225,7 +225,9 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
                    config.train_steps - before)
         t0 = time.perf_counter()
         loss = learner.train(iterator, todo)
-        seconds += time.perf_counter() - t0
+        if before > start:  # The first call of a process traces the graph.
+          seconds += time.perf_counter() - t0
+          timed += todo
         bar.update(todo)
         bar.set_postfix(loss=f'{loss:.3g}')
         after = learner.train_step
@@ -237,15 +239,14 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
         if (after % config.checkpoint_interval == 0 or
             after == config.train_steps):
           learner.save()
-    done = learner.train_step - start
     if record is None:  # Resumed after the offline phase had finished.
       record = evaluate('offline', 'train_step')
     summary.update(
         offline_return=record['average_return'],
         offline_normalized_score=record['normalized_score'],
         train_steps=learner.train_step,
-        grad_steps_per_s=round(done / seconds, 1) if seconds else None,
-        sampled_transitions_per_s=(round(done * config.batch_size / seconds)
+        grad_steps_per_s=round(timed / seconds, 1) if seconds else None,
+        sampled_transitions_per_s=(round(timed * config.batch_size / seconds)
                                    if seconds else None))
     policy.save(os.path.join(config.root_dir, 'policy_offline.npz'))
     if config.online_finetune_steps:

@@ -1,0 +1,134 @@
+"""Offline RL targets: BC, TD3+BC and CQL-SAC on a locally generated dataset.
+
+For each agent and seed, runs `rlds_reverb.learners.offline.train_offline`
+(the code behind `python -m pipelines.train --agent A --dataset D`), then
+prints ONE JSON line per agent with the mean and spread over seeds of the
+final D4RL normalised score, against the reference it names: the behaviour
+policy's own average return in the dataset (computed here, same run).
+  bc        target: within 10% of the behaviour return
+  td3_bc    target: at or above the behaviour return
+  cql_sac   target: at or above the behaviour return
+With --finetune_steps N, one more line: TD3+BC offline-to-online, the score
+before and after N env steps of symmetric (half offline, half online)
+sampling; target: after > before.
+Also reported: gradient steps/s of each learner and the sampled
+transitions/s that fed it (steps/s x batch size).
+
+  python bench/offline.py --dataset data/halfcheetah_v5_medium \
+      [--agents bc,td3_bc,cql_sac] [--seeds 0,1,2] [--steps 300000] \
+      [--eval_interval 10000] [--finetune_steps 50000]
+
+Learning curves (all agents and seeds) go to --curve.
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf
+
+from rlds_reverb import datasets
+from rlds_reverb.learners import curves
+from rlds_reverb.learners import envs
+from rlds_reverb.learners import loop
+from rlds_reverb.learners import offline
+
+
+def behaviour_return(dataset: str) -> tuple[float, int, int]:
+  """Mean episode return, episodes and env steps of the dataset."""
+  sums = datasets.load(dataset).map(
+      lambda e: e['steps'].reduce(
+          (tf.constant(0.0, tf.float64), tf.constant(0, tf.int64)),
+          lambda acc, s: (acc[0] + tf.cast(s['reward'], tf.float64),
+                          acc[1] + 1)))
+  returns, lengths = zip(*[(float(r), int(n)) for r, n in sums])
+  return float(np.mean(returns)), len(returns), int(sum(lengths) - len(
+      lengths))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--dataset', default='data/halfcheetah_v5_medium')
+  parser.add_argument('--env', default='HalfCheetah-v5')
+  parser.add_argument('--agents', default='bc,td3_bc,cql_sac')
+  parser.add_argument('--seeds', default='0,1,2')
+  parser.add_argument('--steps', type=int, default=300_000)
+  parser.add_argument('--eval_interval', type=int, default=10_000)
+  parser.add_argument('--eval_episodes', type=int, default=10)
+  parser.add_argument('--finetune_steps', type=int, default=0)
+  parser.add_argument('--root', default='runs/bench_offline')
+  parser.add_argument('--curve', default='images/results/offline_curves.png')
+  args = parser.parse_args()
+  seeds = [int(s) for s in args.seeds.split(',')]
+  behaviour, episodes, transitions = behaviour_return(args.dataset)
+  behaviour_score = envs.normalized_score(args.env, behaviour)
+  common = {'dataset': args.dataset, 'episodes': episodes,
+            'transitions': transitions, 'behaviour_return': round(behaviour, 1),
+            'behaviour_normalized_score': round(behaviour_score, 2),
+            'steps': args.steps, 'seeds': seeds,
+            'machine': f'{os.cpu_count()} cores, {platform.machine()}, no GPU',
+            'date': time.strftime('%Y-%m-%d')}
+  all_curves = {}
+  for agent in args.agents.split(','):
+    summaries = []
+    for seed in seeds:
+      root = os.path.join(args.root, f'{agent}_seed{seed}')
+      summaries.append(offline.train_offline(offline.OfflineConfig(
+          agent=agent, dataset=args.dataset, env=args.env, root_dir=root,
+          train_steps=args.steps, eval_interval=args.eval_interval,
+          checkpoint_interval=args.eval_interval,
+          eval_episodes=args.eval_episodes, seed=seed), show_progress=False))
+      all_curves[f'{agent} seed {seed}'] = [
+          r for r in loop.Learner.read_eval_log(root)
+          if r.get('phase') == 'offline']
+    scores = [s['offline_normalized_score'] for s in summaries]
+    returns = [s['offline_return'] for s in summaries]
+    mean_return = float(np.mean(returns))
+    if agent == 'bc':
+      target = 'within 10% of the behaviour return'
+      met = abs(mean_return - behaviour) <= 0.1 * abs(behaviour)
+    else:
+      target = 'at or above the behaviour return'
+      met = mean_return >= behaviour
+    print(json.dumps({
+        'agent': agent, **common,
+        'normalized_score_mean': round(float(np.mean(scores)), 2),
+        'normalized_score_std': round(float(np.std(scores)), 2),
+        'normalized_scores': [round(s, 2) for s in scores],
+        'return_mean': round(mean_return, 1),
+        'grad_steps_per_s': round(float(np.mean(
+            [s['grad_steps_per_s'] for s in summaries])), 1),
+        'sampled_transitions_per_s': round(float(np.mean(
+            [s['sampled_transitions_per_s'] for s in summaries]))),
+        'target': target, 'target_met': bool(met)}), flush=True)
+  curves.plot_curves(all_curves, args.curve, x='train_step',
+                     title=f'offline on {os.path.basename(args.dataset)}',
+                     x_label='gradient steps', y_label='average return',
+                     hlines={'behaviour': behaviour})
+  if args.finetune_steps:
+    seed = seeds[0]
+    summary = offline.train_offline(offline.OfflineConfig(
+        agent='td3_bc', dataset=args.dataset, env=args.env,
+        root_dir=os.path.join(args.root, f'td3_bc_seed{seed}'),
+        train_steps=args.steps, eval_interval=args.eval_interval,
+        checkpoint_interval=args.eval_interval,
+        eval_episodes=args.eval_episodes, seed=seed,
+        online_finetune_steps=args.finetune_steps), show_progress=False)
+    print(json.dumps({
+        'agent': 'td3_bc_finetune', **common, 'seed': seed,
+        'finetune_env_steps': summary['finetune_env_steps'],
+        'score_before': round(summary['offline_normalized_score'], 2),
+        'score_after': round(summary['finetuned_normalized_score'], 2),
+        'target': 'score after fine-tuning above the offline score',
+        'target_met': bool(summary['finetuned_normalized_score'] >
+                           summary['offline_normalized_score'])}),
+          flush=True)
+
+
+if __name__ == '__main__':
+  main()
