@@ -4,8 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= data/halfcheetah_random_demo
+MEDIUM_DIR ?= data/halfcheetah_v5_medium
+MEDIUM_EPISODES ?= 1000
 
-.PHONY: install demo test bench figures
+.PHONY: install demo test bench bench-offline medium figures
 
 install: $(STAMP)
 
@@ -22,12 +24,21 @@ $(STAMP): setup.py constraints.txt
 demo: $(STAMP)
 	test -f $(DEMO_DIR)/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy random --episodes 20 --out $(DEMO_DIR)
 	$(PY) -m pipelines.push --dataset $(DEMO_DIR)
+	$(PY) -m pipelines.train --agent td3_bc --dataset $(DEMO_DIR) --steps 2000 --eval_interval 1000 --eval_episodes 2 --root_dir runs/demo_td3_bc
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --timeout 900 tests
 
 bench: $(STAMP)
 	$(PY) bench/push.py
+	$(PY) bench/sample.py
+
+# The D4RL-style medium dataset, recorded with the shipped medium policy.
+medium: $(STAMP)
+	test -f $(MEDIUM_DIR)/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy medium --episodes $(MEDIUM_EPISODES) --out $(MEDIUM_DIR)
+
+bench-offline: medium
+	$(PY) bench/offline.py --dataset $(MEDIUM_DIR)
 
 figures: $(STAMP)
 	$(PY) images/rlds/draw_figures.py
