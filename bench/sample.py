@@ -11,19 +11,21 @@ Prints one JSON line. Figures are transitions/s (one transition = one
                       sample_batch_size=B, num_steps=2)
   reverb_raw          reverb.TrajectoryDataset.from_table_signature + batch(B)
                       (samples still carry Reverb's SampleInfo)
-  ours                sampling.transition_dataset(..., B) with
-                      --readers parallel readers
-  ours_1_reader       the same with one reader
+  ours                sampling.transition_dataset(..., B), defaults (one
+                      reader)
+  ours_N_readers      the same with num_parallel_readers=--readers
 Each figure is the median of --rounds timed runs of --seconds each; the
 methods take turns within a round, so noise from the rest of the machine
-(other jobs on its cores) falls on all of them alike. Every iterator is
-warmed up first. `cpu_us_per_transition` is the process CPU time per
+(other jobs on its cores) falls on all of them alike. Each run gets a fresh
+iterator, warmed up with --warmup_batches untimed batches, and only that one
+is alive: an idle pipeline refilling its buffers would take CPU from the
+timed one. `cpu_us_per_transition` is the process CPU time per
 transition (all threads), which other jobs on the machine disturb less than
 the rates do; `cpu_saving_ours_vs_tfa` is TF-Agents' figure over ours.
 Target: ours >= 3x tfa_replay_buffer in transitions/s (aim: 100k/s).
 
   python bench/sample.py [--transitions 100000] [--batch_size 256]
-                         [--readers 2] [--rounds 7] [--seconds 1]
+                         [--readers 2] [--rounds 5] [--seconds 1.5]
                          [--chunk_length N]
 """
 
@@ -34,7 +36,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -82,19 +84,31 @@ def main() -> None:
                       help='RLDS steps per episode.')
   parser.add_argument('--batch_size', type=int, default=256)
   parser.add_argument('--readers', type=int, default=2,
-                      help='num_parallel_readers of the "ours" figure.')
-  parser.add_argument('--rounds', type=int, default=7,
+                      help='num_parallel_readers of the ours_N_readers '
+                           'figure.')
+  parser.add_argument('--rounds', type=int, default=5,
                       help='Timed runs of each method; the median is kept.')
-  parser.add_argument('--seconds', type=float, default=1.0,
+  parser.add_argument('--seconds', type=float, default=1.5,
                       help='Length of one timed run.')
-  parser.add_argument('--warmup_batches', type=int, default=20)
-  parser.add_argument('--chunk_length', type=int, default=None,
-                      help='Steps per chunk of the window writer (default: '
-                           f'the writer\'s, {writers._CHUNK_LENGTH}); each '  # pylint: disable=protected-access
-                           'sample decompresses its chunks.')
+  parser.add_argument('--warmup_batches', type=int, default=10,
+                      help='Batches taken untimed from each fresh iterator '
+                           '(starting its samplers, filling its buffers).')
+  # The window writer's chunk length is a module constant; the flag swaps it
+  # for this run only, to see what the per-sample decompression costs.
+  default_chunk = writers._CHUNK_LENGTH  # pylint: disable=protected-access
+  parser.add_argument('--chunk_length', type=int, default=default_chunk,
+                      help='Steps per chunk of the window writer; each '
+                           'sample decompresses the chunks it spans.')
   args = parser.parse_args()
-  if args.chunk_length is not None:
-    writers._CHUNK_LENGTH = args.chunk_length  # pylint: disable=protected-access
+  for flag in ('transitions', 'steps', 'batch_size', 'readers', 'rounds',
+               'warmup_batches', 'chunk_length'):
+    if getattr(args, flag) < 1:
+      parser.error(f'--{flag} must be >= 1, got {getattr(args, flag)}')
+  if args.steps < 2:
+    parser.error(f'--steps must be >= 2 (a window needs two), got {args.steps}')
+  if not args.seconds > 0:
+    parser.error(f'--seconds must be > 0, got {args.seconds}')
+  writers._CHUNK_LENGTH = args.chunk_length  # pylint: disable=protected-access
   batch = args.batch_size
 
   episodes = math.ceil(args.transitions / args.steps)
@@ -118,10 +132,9 @@ def main() -> None:
       'reverb_raw': reverb.TrajectoryDataset.from_table_signature(
           address, TABLE, max_in_flight_samples_per_worker=2 * batch
       ).batch(batch),
-      'ours': sampling.transition_dataset(
+      'ours': sampling.transition_dataset(address, TABLE, spec, batch),
+      f'ours_{args.readers}_readers': sampling.transition_dataset(
           address, TABLE, spec, batch, num_parallel_readers=args.readers),
-      'ours_1_reader': sampling.transition_dataset(
-          address, TABLE, spec, batch, num_parallel_readers=1),
   }
 
   def observation(element) -> tf.Tensor:
@@ -131,25 +144,24 @@ def main() -> None:
       element = element[0]
     return element.observation
 
-  iterators: Dict[str, Callable[[], object]] = {}
-  shapes_ok = True
-  for name, dataset in datasets.items():
-    iterator = iter(dataset)
-    for _ in range(args.warmup_batches):
-      element = next(iterator)
-    shapes_ok &= observation(element).shape.as_list() == [batch, 2, OBS_DIM]
-    iterators[name] = iterator.__next__
-
   rates: Dict[str, List[float]] = {name: [] for name in datasets}
   cpu_us: Dict[str, List[float]] = {name: [] for name in datasets}
+  shapes_ok = True
   for _ in range(args.rounds):
-    for name, get_next in iterators.items():
+    for name, dataset in datasets.items():
+      # A fresh iterator per run, and only one alive at a time: an idle
+      # pipeline refilling its buffers would take CPU from the one timed.
+      iterator = iter(dataset)
+      for _ in range(args.warmup_batches):
+        element = next(iterator)
+      shapes_ok &= observation(element).shape.as_list() == [batch, 2, OBS_DIM]
       batches = 0
       wall, cpu = time.perf_counter(), time.process_time()
       while time.perf_counter() - wall < args.seconds:
-        get_next()
+        next(iterator)
         batches += 1
       wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+      del iterator, element
       rates[name].append(batches * batch / wall)
       cpu_us[name].append(cpu / (batches * batch) * 1e6)
   load = os.getloadavg()
@@ -163,8 +175,8 @@ def main() -> None:
       'table_items': table_size,
       'push_seconds': round(push_seconds, 1),
       'batch_size': batch,
-      'readers': args.readers,
-      'chunk_length': writers._CHUNK_LENGTH,  # pylint: disable=protected-access
+      'n_readers': args.readers,
+      'chunk_length': args.chunk_length,
       'rounds': args.rounds,
       'seconds_per_round': args.seconds,
       'transitions_per_s': {k: round(v) for k, v in median.items()},

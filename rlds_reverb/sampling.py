@@ -3,18 +3,19 @@
 `transition_dataset` yields what `ReverbReplayBuffer(data_spec, table,
 sequence_length=2).as_dataset(sample_batch_size=B, num_steps=2)` yields first
 (a `Trajectory` whose fields are [B, 2, ...]), i.e. what `agent.train` of
-TF-Agents' SAC/TD3 takes, at about four times the rate for the CPU spent.
+TF-Agents' SAC/TD3 takes, for about a quarter of the CPU time.
 
-Where the time goes: Reverb's sampler unpacks each sampled item (one snappy
-decompression and one slice per column and referenced chunk) and hands it
-over as its own tensors, about 7-8 us of CPU per item; tf.data then spends
-about as much again on each element. TF-Agents adds three per-element maps
-(broadcasting the sample info, the sequence function, the interleave of 32
-readers), about 80 us per transition in all. Here every element-level step
-that is not Reverb's own is gone: the raw samples are batched first, and the
-sample info is dropped and floats are cast with one vectorised map per
-batch. Several readers run in parallel as whole-batch streams, so the
-interleave costs one hand-over per batch, not per transition.
+Where the time goes: Reverb's sampler unpacks every sampled item (one snappy
+decompression and slice per column and chunk, then fresh tensors for the
+data and the sample info), and tf.data hands each item over and copies it
+into the batch; together about 15-20 us of CPU per transition here, the floor
+of any `reverb.TrajectoryDataset` pipeline. TF-Agents adds two per-element
+maps (broadcasting the sample info, its sequence function) and a 32-way
+interleave per element, about 80-90 us in all. Here nothing else runs per
+element: the raw samples are batched first, then one vectorised map per batch
+drops the sample info and casts floats. Extra readers (for machines with
+free cores) run in parallel as whole-batch streams, so their interleave
+costs one hand-over per batch.
 """
 
 import numbers
@@ -72,7 +73,7 @@ def transition_dataset(
     batch_size: int,
     *,
     sequence_length: int = 2,
-    num_parallel_readers: int = 2,
+    num_parallel_readers: int = 1,
     max_in_flight: Optional[int] = None,
     dtypes_to: Optional[tf.DType] = tf.float32,
     rate_limiter_timeout_ms: int = -1,
@@ -96,7 +97,10 @@ def transition_dataset(
     batch_size: Items per batch (the leading dimension of every field).
     sequence_length: Trajectories per item (the second dimension).
     num_parallel_readers: Reverb samplers working in parallel, each making
-      whole batches; more help where there are free cores.
+      whole batches. One already keeps two threads busy (Reverb's sampler
+      and the batching); more pay off only where cores are free. On the
+      2-core VM, shared with a training job, one was as fast as two (within
+      the noise) with fewer threads, and four were slower (bench/sample.py).
     max_in_flight: Items a sampler asks a remote server for at a time; None
       is 2 * batch_size, Reverb's rule of thumb. Larger is faster over gRPC
       but draws more items from one snapshot of the table.
