@@ -310,3 +310,34 @@ def test_env_errors():
     envs.env_specs('NoSuchEnv-v0')
   with pytest.raises(ValueError, match='action space must be a bounded Box'):
     envs.env_specs('CartPole-v1')
+
+
+def test_offline_training_reads_an_existing_float64_table(tmp_path):
+  """--reverb_address: a table someone else filled, cast when sampled."""
+  from rlds_reverb import convert  # pylint: disable=g-import-not-at-top
+  from rlds_reverb import push  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
+  # D4RL v1 replay style: float64 steps (TF-Agents' spec keeps discount
+  # float32, so that one stays).
+  rlds_data = _rlds([40, 30]).map(lambda e: {rlds.STEPS: e[rlds.STEPS].map(
+      lambda s: {**s, 'discount': tf.cast(s['discount'], tf.float32)})})
+  spec = convert.create_trajectory_data_spec(rlds_data)
+  assert spec.observation.dtype == tf.float64
+  server = tables.start_server([tables.make_table('d4rl', spec,
+                                                  max_size=1000)])
+  try:
+    push.push_rlds_to_table(rlds_data, server.localhost_client(), 'd4rl')
+    address = f'localhost:{server.port}'
+    summary = offline.train_offline(offline.OfflineConfig(
+        agent='bc', dataset=address, reverb_address=address, table='d4rl',
+        root_dir=str(tmp_path / 'run'), train_steps=40, batch_size=16,
+        eval_interval=40, checkpoint_interval=40, eval_episodes=1),
+                                    show_progress=False)
+    assert summary['table_size'] == 39 + 29
+    assert summary['train_steps'] == 40
+    assert np.isfinite(summary['offline_normalized_score'])
+    # The run did not push: the table is as it was.
+    assert tables.get_table_info(server.localhost_client(),
+                                 'd4rl').current_size == 68
+  finally:
+    server.stop()

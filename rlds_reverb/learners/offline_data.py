@@ -135,8 +135,13 @@ def existing_table(client: reverb.Client, address: str, table: str,
   if info.current_size == 0:
     raise ValueError(f'table {table!r} at {address} is empty; push a '
                      'dataset into it first (pipelines.push)')
-  data_spec = tf.nest.map_structure(
-      lambda s: tf.TensorSpec(s.shape[1:], s.dtype), info.signature)
+  fields = getattr(info.signature, '_asdict', lambda: {})()
+  if set(fields) != set(trajectory.Trajectory._fields):
+    raise ValueError(f'table {table!r} at {address} does not hold TF-Agents '
+                     f'trajectories (signature {info.signature})')
+  # The server sends back a look-alike namedtuple; agents want the class.
+  data_spec = trajectory.Trajectory(**tf.nest.map_structure(
+      lambda s: tf.TensorSpec(s.shape[1:], s.dtype), fields))
   check_fields({f: getattr(data_spec, f) for f in CAST_FIELDS}, specs,
                f'table {table!r} field')
   return TableData(address, table, data_spec, info.current_size, None)
