@@ -1,7 +1,11 @@
 """Offline RL targets: BC, TD3+BC and CQL-SAC on a locally generated dataset.
 
-For each agent and seed, runs `rlds_reverb.learners.offline.train_offline`
-(the code behind `python -m pipelines.train --agent A --dataset D`), then
+The dataset is pushed once (fast push, 2-step items, terminal-discount fix
+on) into a table of an in-process Reverb server; then, for each agent and
+seed, `rlds_reverb.learners.offline.train_offline` trains from that table
+(the code behind `python -m pipelines.train --agent A --reverb_address ...`;
+pushing 1M transitions again for each of 9 runs would cost ~10 minutes of a
+2-core machine). Then it
 prints ONE JSON line per agent with the mean and spread over seeds of the
 final D4RL normalised score, against the reference it names: the behaviour
 policy's own average return in the dataset (computed here, same run).
@@ -32,11 +36,14 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf
 
+from rlds_reverb import convert
 from rlds_reverb import datasets
+from rlds_reverb import tables
 from rlds_reverb.learners import curves
 from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline
+from rlds_reverb.learners import offline_data
 
 
 def behaviour_return(dataset: str) -> tuple[float, int, int]:
@@ -73,18 +80,37 @@ def main() -> None:
             'steps': args.steps, 'seeds': seeds,
             'machine': f'{os.cpu_count()} cores, {platform.machine()}, no GPU',
             'date': time.strftime('%Y-%m-%d')}
+  specs = envs.env_specs(args.env)
+  rlds_data = offline_data.check_and_cast(datasets.load(args.dataset), specs)
+  server = tables.start_server([tables.make_table(
+      offline.OFFLINE_TABLE, convert.create_trajectory_data_spec(rlds_data),
+      max_size=offline_data.UNBOUNDED_TABLE_SIZE, min_size_to_sample=1)])
+  address = f'localhost:{server.port}'
+  t0 = time.perf_counter()
+  pushed = offline_data.push_to_new_table(
+      rlds_data, server.localhost_client(), address, offline.OFFLINE_TABLE)
+  common['table_size'] = pushed.table_size
+  common['push_steps_per_s'] = round(
+      pushed.pushed.steps / (time.perf_counter() - t0))
+
+  def run(agent: str, seed: int, **config) -> dict:
+    return offline.train_offline(offline.OfflineConfig(
+        agent=agent, dataset=args.dataset, env=args.env,
+        reverb_address=address,
+        root_dir=os.path.join(args.root, f'{agent}_seed{seed}'),
+        train_steps=args.steps, eval_interval=args.eval_interval,
+        checkpoint_interval=args.eval_interval,
+        eval_episodes=args.eval_episodes, seed=seed, **config),
+                                 show_progress=False)
+
   all_curves = {}
   for agent in args.agents.split(','):
     summaries = []
     for seed in seeds:
-      root = os.path.join(args.root, f'{agent}_seed{seed}')
-      summaries.append(offline.train_offline(offline.OfflineConfig(
-          agent=agent, dataset=args.dataset, env=args.env, root_dir=root,
-          train_steps=args.steps, eval_interval=args.eval_interval,
-          checkpoint_interval=args.eval_interval,
-          eval_episodes=args.eval_episodes, seed=seed), show_progress=False))
+      summaries.append(run(agent, seed))
       all_curves[f'{agent} seed {seed}'] = [
-          r for r in loop.Learner.read_eval_log(root)
+          r for r in loop.Learner.read_eval_log(
+              os.path.join(args.root, f'{agent}_seed{seed}'))
           if r.get('phase') == 'offline']
     scores = [s['offline_normalized_score'] for s in summaries]
     returns = [s['offline_return'] for s in summaries]
@@ -112,13 +138,7 @@ def main() -> None:
                      hlines={'behaviour': behaviour})
   if args.finetune_steps:
     seed = seeds[0]
-    summary = offline.train_offline(offline.OfflineConfig(
-        agent='td3_bc', dataset=args.dataset, env=args.env,
-        root_dir=os.path.join(args.root, f'td3_bc_seed{seed}'),
-        train_steps=args.steps, eval_interval=args.eval_interval,
-        checkpoint_interval=args.eval_interval,
-        eval_episodes=args.eval_episodes, seed=seed,
-        online_finetune_steps=args.finetune_steps), show_progress=False)
+    summary = run('td3_bc', seed, online_finetune_steps=args.finetune_steps)
     print(json.dumps({
         'agent': 'td3_bc_finetune', **common, 'seed': seed,
         'finetune_env_steps': summary['finetune_env_steps'],
@@ -128,6 +148,7 @@ def main() -> None:
         'target_met': bool(summary['finetuned_normalized_score'] >
                            summary['offline_normalized_score'])}),
           flush=True)
+  server.stop()
 
 
 if __name__ == '__main__':

@@ -32,8 +32,9 @@ _ENV = flags.DEFINE_string(
 _POLICY = flags.DEFINE_string(
     'policy', 'random',
     'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5: '
-    'medium, expert; numpy snapshots of our SAC run, stochastic, with exact '
-    'action log-probs), or the path of a policy .npz.')
+    'medium, final; numpy snapshots of our SAC run, stochastic, with exact '
+    'action log-probs; no expert: the run did not reach expert level), or '
+    'the path of a policy .npz.')
 _DATASET_KIND = flags.DEFINE_enum(
     'dataset_kind', 'policy', list(recording.DATASET_KINDS),
     'policy: --episodes rollouts of --policy. medium-replay: the replay data '
