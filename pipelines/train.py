@@ -92,6 +92,10 @@ _TD3_BC_ALPHA = flags.DEFINE_float(
 _CQL_ALPHA = flags.DEFINE_float(
     'cql_alpha', 0.1, "CQL-SAC: weight of the CQL regulariser (TF-Agents' "
     'D4RL MuJoCo medium config: 0.1).', lower_bound=0)
+_CQL_BC_STEPS = flags.DEFINE_integer(
+    'cql_bc_steps', 10_000, 'CQL-SAC: first N gradient steps train the actor '
+    "by behaviour cloning (TF-Agents' D4RL config: 10000 of 1M; scale it "
+    'down with a smaller --steps).', lower_bound=0)
 _NORMALIZE = flags.DEFINE_enum(
     'normalize_observations', 'auto', ['auto', 'true', 'false'],
     'Normalise observations with the dataset mean/std (auto: td3_bc only, '
@@ -136,7 +140,8 @@ def _agent_config() -> agents.AgentConfig:
       actor_learning_rate=_ACTOR_LR.value,
       critic_learning_rate=_CRITIC_LR.value,
       alpha_learning_rate=_ALPHA_LR.value, td3_bc_alpha=_TD3_BC_ALPHA.value,
-      cql_alpha=_CQL_ALPHA.value, seed=_SEED.value)
+      cql_alpha=_CQL_ALPHA.value, cql_bc_steps=_CQL_BC_STEPS.value,
+      seed=_SEED.value)
 
 
 def _usage_error(message: str) -> None:

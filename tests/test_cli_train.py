@@ -141,6 +141,8 @@ def test_online_sac_short_run(tmp_path, monkeypatch):
     (['--agent', 'td3_bc', '--dataset', 'x', '--reverb_address', 'y:1'],
      'not both'),
     (['--agent', 'sac', '--batch_size', '0'], 'flag --batch_size=0'),
+    (['--agent', 'cql_sac', '--cql_bc_steps', '-1'],
+     'flag --cql_bc_steps=-1'),
 ])
 def test_bad_input_gives_one_error_line(args, message, tmp_path):
   line = _error_line(_train(*args, '--root_dir', str(tmp_path / 'r')))

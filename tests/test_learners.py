@@ -300,6 +300,17 @@ def test_checkpoint_restores_weights_and_optimizer_state(kind, specs,
                                  err_msg=name)
 
 
+def test_cql_behaviour_cloning_warm_up_follows_the_config(specs):
+  # A short budget needs a shorter warm-up than the D4RL config's 10k.
+  agent = agents.make_agent('cql_sac', specs.time_step_spec,
+                            specs.action_spec,
+                            agents.AgentConfig(cql_bc_steps=7))
+  assert agent._num_bc_steps == 7  # pylint: disable=protected-access
+  default = agents.make_agent('cql_sac', specs.time_step_spec,
+                              specs.action_spec)
+  assert default._num_bc_steps == 10_000  # pylint: disable=protected-access
+
+
 def test_unknown_agent_is_refused(specs):
   with pytest.raises(ValueError, match="unknown agent 'ppo'"):
     agents.make_agent('ppo', specs.time_step_spec, specs.action_spec)
