@@ -290,11 +290,11 @@ def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
             learner.agent))
         after = int(learner.env_steps.numpy())
         bar.update(after - before)
-        if online._crossed(before, after, config.eval_interval):  # pylint: disable=protected-access
+        if online.crossed(before, after, config.eval_interval):
           record = evaluate('online', 'env_steps')
           bar.write(f'eval at {after} env steps: return '
                     f'{record["average_return"]:.1f}')
-        if online._crossed(before, after, config.checkpoint_interval):  # pylint: disable=protected-access
+        if online.crossed(before, after, config.checkpoint_interval):
           learner.save()
           reverb_tables.checkpoint()
     record = evaluate('online', 'env_steps')

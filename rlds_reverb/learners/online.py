@@ -142,7 +142,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
           bar.set_postfix(ret=f'{np.mean(returns):.0f}',
                           grad_steps=learner.train_step)
         bar.update(env_steps - steps_before)
-        if _crossed(steps_before, env_steps, config.eval_interval):
+        if crossed(steps_before, env_steps, config.eval_interval):
           result = evaluation.evaluate(policy.greedy, config.env,
                                        config.eval_episodes,
                                        seed=10_000 + config.seed)
@@ -152,7 +152,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
                     f'{result.average_return:.1f} +- {result.std_return:.1f}')
           if on_eval is not None:
             on_eval(record)
-        if config.snapshot_interval and _crossed(
+        if config.snapshot_interval and crossed(
             steps_before, env_steps, config.snapshot_interval):
           snapshot = export_policy(
               agent, config.agent, specs, env_steps=env_steps,
@@ -160,7 +160,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
               eval=record if record.get('env_steps') == env_steps else None)
           snapshot.save(os.path.join(config.root_dir, POLICY_SNAPSHOTS,
                                      f'step_{env_steps:08d}.npz'))
-        if (_crossed(steps_before, env_steps, config.checkpoint_interval)
+        if (crossed(steps_before, env_steps, config.checkpoint_interval)
             or env_steps >= config.env_steps):
           learner.save()
           tables.checkpoint(client)
@@ -182,6 +182,6 @@ def collector_for(config: OnlineConfig, client: reverb.Client,
                            seed=config.seed * 1_000_003 + env_steps)
 
 
-def _crossed(before: int, after: int, interval: int) -> bool:
+def crossed(before: int, after: int, interval: int) -> bool:
   """Whether a multiple of `interval` lies in (before, after]."""
   return after // interval > before // interval
