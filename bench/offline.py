@@ -61,6 +61,20 @@ def behaviour_return(dataset: str) -> tuple[float, int, int]:
       lengths))
 
 
+def plot_finetune(root: str, path: str, behaviour: float) -> str:
+  """Return against fine-tuning env steps, from the run's offline end."""
+  records = loop.Learner.read_eval_log(root)
+  offline_end = [r for r in records if r.get('phase') == 'offline'][-1]
+  points = [{**offline_end, 'env_steps': 0}] + [
+      r for r in records if r.get('phase') == 'online']
+  return curves.plot_curves(
+      {'td3_bc fine-tuning': points}, path, x='env_steps',
+      title='offline-to-online, half offline / half online batches',
+      x_label='fine-tuning env steps', y_label='average return',
+      hlines={'behaviour': behaviour,
+              'offline end': offline_end['average_return']})
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--dataset', default='data/halfcheetah_v5_medium')
@@ -75,6 +89,8 @@ def main() -> None:
                       help='CQL-SAC behaviour-cloning warm-up steps')
   parser.add_argument('--root', default='runs/bench_offline')
   parser.add_argument('--curve', default='images/results/offline_curves.png')
+  parser.add_argument('--finetune_curve',
+                      default='images/results/offline_to_online.png')
   args = parser.parse_args()
   seeds = [int(s) for s in args.seeds.split(',')]
   behaviour, episodes, transitions = behaviour_return(args.dataset)
@@ -156,6 +172,8 @@ def main() -> None:
         'target_met': bool(summary['finetuned_normalized_score'] >
                            summary['offline_normalized_score'])}),
           flush=True)
+    plot_finetune(os.path.join(args.root, f'td3_bc_seed{seed}'),
+                  args.finetune_curve, behaviour)
   server.stop()
 
 

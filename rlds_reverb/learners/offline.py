@@ -199,6 +199,8 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
                'table_size': data.table_size,
                'batch_size': config.batch_size}
 
+    # Both phases are drawn against gradient steps, so the run's curve goes
+    # on where the offline phase stopped; each record also holds env_steps.
     def evaluate(title: str, x: str) -> dict:
       numpy_policy.update_weights(policy, agents.actor_network(agent))
       result = evaluation.evaluate(policy.greedy, config.env,
@@ -291,13 +293,13 @@ def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
         after = int(learner.env_steps.numpy())
         bar.update(after - before)
         if online.crossed(before, after, config.eval_interval):
-          record = evaluate('online', 'env_steps')
+          record = evaluate('online', 'train_step')
           bar.write(f'eval at {after} env steps: return '
                     f'{record["average_return"]:.1f}')
         if online.crossed(before, after, config.checkpoint_interval):
           learner.save()
           reverb_tables.checkpoint()
-    record = evaluate('online', 'env_steps')
+    record = evaluate('online', 'train_step')
     learner.save()
     reverb_tables.checkpoint()
   finally:
