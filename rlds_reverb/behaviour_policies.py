@@ -29,12 +29,15 @@ POLICY_DIR = pathlib.Path(__file__).parent / 'policies'
 REPLAY_DIR = 'replay'
 SCHEDULE_FILE = 'schedule.json'
 
-# D4RL roles we do not ship, and why: asked for by name, they fail with this.
+# D4RL roles we do not ship for an env (by its policy folder), and why: asked
+# for by name, they fail with this.
 NOT_SHIPPED = {
-    'expert': ('no expert policy is shipped: our SAC run reached a return of '
-               '8,186 (D4RL normalised 68) after 150k env steps on a 2-core '
-               'machine, short of expert level (D4RL expert: about 100); '
-               "'final' is that run's last policy"),
+    'halfcheetah_v5': {
+        'expert': ('no expert policy is shipped: our SAC run reached a '
+                   'return of 8,186 (D4RL normalised 68) after 150k env '
+                   'steps on a 2-core machine, short of expert level (D4RL '
+                   "expert: about 100); 'final' is that run's last policy"),
+    },
 }
 
 # Maps a batch of observations to (actions, log-probabilities).
@@ -63,8 +66,9 @@ def load_policy(name_or_path: str, env_id: str) -> numpy_policy.NumpyPolicy:
     return numpy_policy.load(name_or_path)
   path = env_dir(env_id) / f'{name_or_path}.npz'
   if not path.is_file():
-    if name_or_path in NOT_SHIPPED:
-      raise ValueError(f'{NOT_SHIPPED[name_or_path]} (env {env_id!r})')
+    why = NOT_SHIPPED.get(env_dir(env_id).name, {}).get(name_or_path)
+    if why:
+      raise ValueError(f'{why} (env {env_id!r})')
     known = ', '.join(['random'] + shipped_names(env_id))
     raise ValueError(f'unknown policy {name_or_path!r} for env {env_id!r}; known: '
                      f'{known}, or a path to a policy .npz file')

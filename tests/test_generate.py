@@ -174,6 +174,8 @@ def test_non_mujoco_box_env_has_no_physics_infos(tmp_path):
 @pytest.mark.parametrize('kwargs, match', [
     ({'policy': 'greedy'}, "unknown policy 'greedy'"),
     ({'policy': 'expert'}, 'no expert policy is shipped'),
+    ({'env_id': 'Pendulum-v1', 'policy': 'expert'},
+     "unknown policy 'expert' for env 'Pendulum-v1'"),
     ({'env_id': 'NoSuchEnv-v0'}, "unknown env id 'NoSuchEnv-v0'"),
     ({'env_id': 'CartPole-v1'}, 'action space must be a Box'),
     ({'num_episodes': 0}, 'num_episodes must be > 0, got 0'),
