@@ -253,10 +253,11 @@ def test_invalid_episode(broken_dataset):
 
 
 def test_unreachable_address(dataset):
+  # No wall-clock bound here: interpreter and TensorFlow start-up dominate it
+  # on a loaded machine. That the refusal is quick is tested in-process
+  # (test_tables); a hang would hit _run's timeout.
   address = f'localhost:{_unused_port()}'
-  start = time.monotonic()
   proc = _run('push', '--dataset', dataset, '--reverb_address', address)
-  assert time.monotonic() - start < 15
   assert _error_line(proc) == (
       f'push: error: cannot reach Reverb server at {address}: connection '
       'refused (is a server running there?)')

@@ -379,7 +379,8 @@ class StartServerAndConnectTest(parameterized.TestCase):
         ConnectionError,
         f'cannot reach Reverb server at {address}: connection refused'):
       tables.connect(address, timeout_s=5.0)
-    self.assertLess(time.monotonic() - start, 1.0)
+    # Well under the 5 s deadline: refused at once, not timed out.
+    self.assertLess(time.monotonic() - start, 3.0)
 
   def test_connect_to_silent_listener_times_out(self):
     # Accepts TCP connections but never speaks gRPC: only the deadline helps.
