@@ -201,12 +201,13 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
 
     # Both phases are drawn against gradient steps, so the run's curve goes
     # on where the offline phase stopped; each record also holds env_steps.
-    def evaluate(title: str, x: str) -> dict:
+    def evaluate(phase: str) -> dict:
       numpy_policy.update_weights(policy, agents.actor_network(agent))
       result = evaluation.evaluate(policy.greedy, config.env,
                                    config.eval_episodes,
                                    seed=10_000 + config.seed)
-      return learner.log_eval({**result.to_dict(), 'phase': title}, x=x,
+      return learner.log_eval({**result.to_dict(), 'phase': phase},
+                              x='train_step',
                               title=f'{config.agent} on {config.dataset}, '
                               f'seed {config.seed}')
 
@@ -234,7 +235,7 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
         bar.set_postfix(loss=f'{loss:.3g}')
         after = learner.train_step
         if after % config.eval_interval == 0 or after == config.train_steps:
-          record = evaluate('offline', 'train_step')
+          record = evaluate('offline')
           bar.write(f'eval at {after} gradient steps: return '
                     f'{record["average_return"]:.1f}, normalised '
                     f'{_fmt(record["normalized_score"])}')
@@ -242,7 +243,7 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
             after == config.train_steps):
           learner.save()
     if record is None:  # Resumed after the offline phase had finished.
-      record = evaluate('offline', 'train_step')
+      record = evaluate('offline')
     summary.update(
         offline_return=record['average_return'],
         offline_normalized_score=record['normalized_score'],
@@ -293,13 +294,13 @@ def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
         after = int(learner.env_steps.numpy())
         bar.update(after - before)
         if online.crossed(before, after, config.eval_interval):
-          record = evaluate('online', 'train_step')
+          record = evaluate('online')
           bar.write(f'eval at {after} env steps: return '
                     f'{record["average_return"]:.1f}')
         if online.crossed(before, after, config.checkpoint_interval):
           learner.save()
           reverb_tables.checkpoint()
-    record = evaluate('online', 'train_step')
+    record = evaluate('online')
     learner.save()
     reverb_tables.checkpoint()
   finally:
