@@ -96,6 +96,14 @@ _MAX_SIZE = flags.DEFINE_integer(
     'max_size', DEFAULT_MAX_SIZE, 'Embedded server only: most items the table '
     'holds; beyond it the oldest are evicted (and the summary says how many).',
     lower_bound=1)
+_SAMPLER = flags.DEFINE_enum(
+    'sampler', 'uniform', list(tables.SAMPLERS), 'Embedded server only: how '
+    "learners draw items. 'prioritized' is prioritized replay (see "
+    'rlds_reverb.per): items drawn in proportion to priority**--alpha, all '
+    'pushed at --priority (1.0: the starting maximum priority).')
+_ALPHA = flags.DEFINE_float(
+    'alpha', 0.6, 'Embedded server only: priority exponent of --sampler '
+    'prioritized (0 is uniform).', lower_bound=0.0)
 _CHECKPOINT_DIR = flags.DEFINE_string(
     'checkpoint_dir', None, 'Embedded server only: start from the latest '
     'Reverb checkpoint in this directory (if any) and write a new one there '
@@ -106,7 +114,7 @@ _SERVE = flags.DEFINE_bool(
     'print its address and wait for Ctrl-C (or SIGTERM), so learners in '
     'other processes can read the table.')
 
-_EMBEDDED_ONLY = (_MAX_SIZE, _CHECKPOINT_DIR, _SERVE)
+_EMBEDDED_ONLY = (_MAX_SIZE, _SAMPLER, _ALPHA, _CHECKPOINT_DIR, _SERVE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +134,8 @@ class PushConfig:
   zero_terminal_discount: bool = False
   num_workers: int = 2
   max_size: int = DEFAULT_MAX_SIZE
+  sampler: str = 'uniform'
+  alpha: float = 0.6
   checkpoint_dir: Optional[str] = None
   serve: bool = False
 
@@ -207,7 +217,8 @@ def open_table(config: PushConfig, spec: Any) -> Iterator[Target]:
     return
   server = tables.start_table_server(
       config.table, spec, checkpoint_dir=config.checkpoint_dir,
-      max_size=config.max_size, sequence_length=config.sequence_length)
+      max_size=config.max_size, sequence_length=config.sequence_length,
+      sampler=config.sampler, alpha=config.alpha)
   target = Target(server.localhost_client(), f'localhost:{server.port}',
                   server)
   try:
@@ -299,8 +310,9 @@ def config_from_flags() -> PushConfig:
       stride_length=_STRIDE_LENGTH.value, max_episodes=_MAX_EPISODES.value,
       priority=_PRIORITY.value,
       zero_terminal_discount=_ZERO_TERMINAL_DISCOUNT.value,
-      num_workers=_NUM_WORKERS.value, max_size=_MAX_SIZE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
-      serve=_SERVE.value)
+      num_workers=_NUM_WORKERS.value, max_size=_MAX_SIZE.value,
+      sampler=_SAMPLER.value, alpha=_ALPHA.value,
+      checkpoint_dir=_CHECKPOINT_DIR.value, serve=_SERVE.value)
 
 
 def main(argv: list[str]) -> None:

@@ -15,6 +15,10 @@ Examples:
   # Offline from a table that another process serves (pipelines.push --serve).
   python -m pipelines.train --agent bc --reverb_address localhost:8000
 
+  # DQN with prioritized replay (Double DQN targets, dueling Q-network).
+  python -m pipelines.train --agent dqn --env CartPole-v1 \
+      --replay prioritized --double --dueling
+
 Everything of a run goes to --root_dir: checkpoints (agent and Reverb
 tables), TensorBoard summaries, eval.jsonl and learning_curve.png. Running
 the same command again resumes from there. The last stdout line is a JSON
@@ -24,6 +28,7 @@ bad flags).
 
 import json
 import os
+from typing import Any
 
 # TensorFlow's C++ start-up chatter would bury the errors and the summary.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
@@ -33,6 +38,7 @@ from absl import flags
 
 from pipelines import cli
 from rlds_reverb import datasets
+from rlds_reverb import per
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
@@ -41,8 +47,8 @@ _PROG = 'train'
 
 _AGENT = flags.DEFINE_enum(
     'agent', None, list(agents.AGENTS), 'Agent to train. Online (--env '
-    'only): sac, td3. Offline (--dataset or --reverb_address): bc, td3_bc, '
-    'cql_sac. Required.')
+    'only): sac, td3 (continuous actions), dqn (discrete actions). Offline '
+    '(--dataset or --reverb_address): bc, td3_bc, cql_sac. Required.')
 _ENV = flags.DEFINE_string(
     'env', 'HalfCheetah-v5', 'gymnasium env id: where online agents act and '
     'where every agent is evaluated. Its spaces must match the dataset.')
@@ -73,11 +79,12 @@ _ROOT_DIR = flags.DEFINE_string(
     'runs/<agent>_<env or dataset>_seed<seed>.')
 _STEPS = flags.DEFINE_integer(
     'steps', None, 'Budget: gradient steps offline (default 300000), env '
-    'steps online (default 300000).', lower_bound=1)
+    'steps online (default 300000; dqn 50000).', lower_bound=1)
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of TensorFlow, the envs and '
                              'the exploration.', lower_bound=0)
 _BATCH_SIZE = flags.DEFINE_integer(
-    'batch_size', 256, 'Transitions per gradient step.', lower_bound=1)
+    'batch_size', 256, 'Transitions per gradient step (dqn default: 64).',
+    lower_bound=1)
 _ACTOR_LR = flags.DEFINE_float(
     'actor_learning_rate', None, 'Actor Adam learning rate (default: the '
     "agent's published one: 3e-4; bc 1e-3).", lower_bound=0)
@@ -102,7 +109,7 @@ _NORMALIZE = flags.DEFINE_enum(
     'as the paper does).')
 _EVAL_INTERVAL = flags.DEFINE_integer(
     'eval_interval', 10_000, 'Evaluate every N gradient steps (offline) or '
-    'env steps (online).', lower_bound=1)
+    'env steps (online; dqn default: 1000).', lower_bound=1)
 _EVAL_EPISODES = flags.DEFINE_integer(
     'eval_episodes', 10, 'Episodes per evaluation (greedy policy).',
     lower_bound=1)
@@ -111,28 +118,94 @@ _CHECKPOINT_INTERVAL = flags.DEFINE_integer(
     '(offline) or env steps (online).', lower_bound=1)
 _INITIAL_COLLECT = flags.DEFINE_integer(
     'initial_collect_steps', 10_000, 'Online: uniform random env steps before '
-    'learning starts.', lower_bound=0)
+    'learning starts (dqn default: 1000).', lower_bound=0)
 _TRAIN_EVERY = flags.DEFINE_integer(
     'train_every', 1000, 'Online: env steps collected between learner '
-    'phases; each phase takes as many gradient steps.', lower_bound=1)
+    'phases; each phase takes --utd times as many gradient steps (dqn '
+    'default: 256).', lower_bound=1)
 _REPLAY_SIZE = flags.DEFINE_integer(
-    'replay_size', 1_000_000, 'Online: replay table size (transitions).',
-    lower_bound=1)
+    'replay_size', 1_000_000, 'Online: replay table size (transitions; dqn '
+    'default: 100000).', lower_bound=1)
 _SNAPSHOT_INTERVAL = flags.DEFINE_integer(
     'snapshot_interval', 0, 'Online: save a numpy policy snapshot every N '
     'env steps under root_dir/policies (behaviour policies); 0: off.',
     lower_bound=0)
+_UTD = flags.DEFINE_float(
+    'utd', 1.0, 'Online: gradient steps per env step (update-to-data '
+    'ratio); each learner phase takes --train_every * --utd steps. dqn '
+    'default: 0.5.', lower_bound=0)
+_REPLAY = flags.DEFINE_enum(
+    'replay', 'uniform', list(per.REPLAYS), 'How the learner samples the '
+    'replay table: uniform, or prioritized (proportional PER, Schaul et al. '
+    '2015: new items at the largest priority so far, priorities |TD error| '
+    '+ --per_eps after each step, importance weights in the loss). Online '
+    'runs and the offline phase (not bc).')
+_PER_ALPHA = flags.DEFINE_float(
+    'per_alpha', per.DEFAULT_ALPHA, 'Prioritized replay: priority exponent '
+    '(0 is uniform).', lower_bound=0)
+_PER_BETA0 = flags.DEFINE_float(
+    'per_beta0', per.DEFAULT_BETA0, 'Prioritized replay: importance-weight '
+    'exponent at the first gradient step; it rises linearly to 1.',
+    lower_bound=0, upper_bound=1)
+_PER_BETA_STEPS = flags.DEFINE_integer(
+    'per_beta_steps', 0, 'Prioritized replay: gradient steps over which '
+    'beta reaches 1; 0: all gradient steps of the run.', lower_bound=0)
+_PER_EPS = flags.DEFINE_float(
+    'per_eps', per.DEFAULT_EPS, 'Prioritized replay: added to |TD error| so '
+    'that no item gets priority 0.', lower_bound=0)
+_PER_PRIORITY_CAP = flags.DEFINE_float(
+    'per_priority_cap', per.DEFAULT_PRIORITY_CAP, 'Prioritized replay: '
+    'largest priority an item can get.', lower_bound=0)
+_DOUBLE = flags.DEFINE_bool(
+    'double', False, 'dqn: Double DQN targets (the online network picks the '
+    'next action, the target network values it).')
+_DUELING = flags.DEFINE_bool(
+    'dueling', False, 'dqn: dueling Q-network, Q = V + A - mean(A).')
+_DQN_LR = flags.DEFINE_float(
+    'dqn_learning_rate', 2.3e-3, 'dqn: Adam learning rate of the Q-network '
+    "(RL Zoo's CartPole-v1 setting).", lower_bound=0)
+_TARGET_UPDATE_PERIOD = flags.DEFINE_integer(
+    'target_update_period', 128, 'dqn: gradient steps between copies of the '
+    'Q-network into the target network.', lower_bound=1)
+_EPSILON_FINAL = flags.DEFINE_float(
+    'epsilon_final', 0.04, 'dqn: exploration epsilon after the decay; it '
+    'falls linearly from 1.', lower_bound=0, upper_bound=1)
+_EXPLORATION_FRACTION = flags.DEFINE_float(
+    'exploration_fraction', 0.16, 'dqn: share of --steps over which epsilon '
+    'falls to --epsilon_final.', lower_bound=0, upper_bound=1)
 _FINETUNE = flags.DEFINE_integer(
     'online_finetune_steps', 0, 'Offline agents: after the offline phase, '
     'this many env steps online; batches are half offline, half online.',
     lower_bound=0)
 
 
+# dqn's own defaults (RL Zoo's CartPole-v1 DQN) for flags left unset.
+_DQN_DEFAULTS = {'steps': 50_000, 'batch_size': 64,
+                 'initial_collect_steps': 1000, 'train_every': 256,
+                 'utd': 0.5, 'eval_interval': 1000, 'replay_size': 100_000}
+
+
+def _value(flag: flags.FlagHolder) -> Any:
+  """The flag's value; for dqn, its dqn default unless it was given."""
+  if _AGENT.value == 'dqn' and not flags.FLAGS[flag.name].present:
+    return _DQN_DEFAULTS.get(flag.name, flag.value)
+  return flag.value
+
+
+def _per_config(default_beta_steps: int) -> per.PerConfig:
+  return per.PerConfig(
+      alpha=_PER_ALPHA.value, beta0=_PER_BETA0.value,
+      beta_steps=_PER_BETA_STEPS.value or max(default_beta_steps, 1),
+      eps=_PER_EPS.value, priority_cap=_PER_PRIORITY_CAP.value)
+
+
 def _root_dir(source: str) -> str:
   if _ROOT_DIR.value:
     return _ROOT_DIR.value
   slug = ''.join(c if c.isalnum() else '_' for c in source.lower()).strip('_')
-  return os.path.join('runs', f'{_AGENT.value}_{slug}_seed{_SEED.value}')
+  replay = '_per' if _REPLAY.value == 'prioritized' else ''
+  return os.path.join('runs',
+                      f'{_AGENT.value}{replay}_{slug}_seed{_SEED.value}')
 
 
 def _agent_config() -> agents.AgentConfig:
@@ -141,7 +214,9 @@ def _agent_config() -> agents.AgentConfig:
       critic_learning_rate=_CRITIC_LR.value,
       alpha_learning_rate=_ALPHA_LR.value, td3_bc_alpha=_TD3_BC_ALPHA.value,
       cql_alpha=_CQL_ALPHA.value, cql_bc_steps=_CQL_BC_STEPS.value,
-      seed=_SEED.value)
+      dqn_learning_rate=_DQN_LR.value, double_dqn=_DOUBLE.value,
+      dueling=_DUELING.value,
+      target_update_period=_TARGET_UPDATE_PERIOD.value, seed=_SEED.value)
 
 
 def _usage_error(message: str) -> None:
@@ -155,17 +230,19 @@ def _offline_config() -> offline.OfflineConfig:
                  + ', '.join(agents.OFFLINE_AGENTS))
   normalize = {'auto': None, 'true': True, 'false': False}[_NORMALIZE.value]
   source = _DATASET.value or f'{_REVERB_ADDRESS.value}_{_TABLE.value}'
+  train_steps = _STEPS.value or 300_000
   return offline.OfflineConfig(
       agent=_AGENT.value, dataset=_DATASET.value or _REVERB_ADDRESS.value,
       root_dir=_root_dir(os.path.basename(source.rstrip('/')) or source),
       env=_ENV.value, split=_SPLIT.value, data_dir=_DATA_DIR.value,
       download=_DOWNLOAD.value, max_episodes=_MAX_EPISODES.value,
       reverb_address=_REVERB_ADDRESS.value, table=_TABLE.value,
-      train_steps=_STEPS.value or 300_000, batch_size=_BATCH_SIZE.value,
+      train_steps=train_steps, batch_size=_BATCH_SIZE.value,
       eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,
       normalize_observations=normalize,
       online_finetune_steps=_FINETUNE.value, train_every=_TRAIN_EVERY.value,
+      replay=_REPLAY.value, per_config=_per_config(train_steps),
       seed=_SEED.value, agent_config=_agent_config())
 
 
@@ -176,16 +253,24 @@ def _online_config() -> online.OnlineConfig:
   if _FINETUNE.value:
     _usage_error('--online_finetune_steps continues an offline run: pass '
                  '--dataset')
+  env_steps = _value(_STEPS) or 300_000
+  initial_collect_steps = _value(_INITIAL_COLLECT)
+  utd = _value(_UTD)
+  if utd <= 0:
+    _usage_error('--utd must be > 0')
   return online.OnlineConfig(
       env=_ENV.value, root_dir=_root_dir(_ENV.value), agent=_AGENT.value,
-      env_steps=_STEPS.value or 300_000,
-      initial_collect_steps=_INITIAL_COLLECT.value,
-      batch_size=_BATCH_SIZE.value, train_every=_TRAIN_EVERY.value,
-      eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
+      env_steps=env_steps, initial_collect_steps=initial_collect_steps,
+      batch_size=_value(_BATCH_SIZE), train_every=_value(_TRAIN_EVERY),
+      utd=utd, eval_interval=_value(_EVAL_INTERVAL),
+      eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,
       snapshot_interval=_SNAPSHOT_INTERVAL.value,
-      replay_size=_REPLAY_SIZE.value, seed=_SEED.value,
-      agent_config=_agent_config())
+      replay_size=_value(_REPLAY_SIZE), epsilon_final=_EPSILON_FINAL.value,
+      exploration_fraction=_EXPLORATION_FRACTION.value, replay=_REPLAY.value,
+      per_config=_per_config(
+          int(max(env_steps - initial_collect_steps, 1) * utd)),
+      seed=_SEED.value, agent_config=_agent_config())
 
 
 def main(argv: list[str]) -> None:

@@ -78,6 +78,7 @@ def transition_dataset(
     dtypes_to: Optional[tf.DType] = tf.float32,
     rate_limiter_timeout_ms: int = -1,
     validate: bool = True,
+    with_info: bool = False,
 ) -> tf.data.Dataset:
   """Endless batches of items sampled from a Reverb table of trajectories.
 
@@ -112,6 +113,9 @@ def transition_dataset(
       -1 waits for ever.
     validate: Check here, with one call to the server, that the table exists
       and stores `data_spec`; otherwise a bad table fails on the first batch.
+    with_info: Yield `(trajectory, reverb.SampleInfo)` pairs, the info
+      fields [batch_size]: the keys, probabilities and table sizes that
+      prioritized replay needs (`rlds_reverb.per`).
 
   Returns:
     A `tf.data.Dataset` of `data_spec`-shaped nests (a `Trajectory`) whose
@@ -155,13 +159,13 @@ def transition_dataset(
       data_spec)
 
   def unpack(sample: reverb.ReplaySample) -> Any:
-    """Drops the sample info and casts floats, once per batch."""
-    if float_dtype is None:
-      return sample.data
-    return tf.nest.map_structure(
-        lambda x: tf.cast(x, float_dtype)
-        if x.dtype.is_floating and x.dtype != float_dtype else x,
-        sample.data)
+    """Casts floats, once per batch; keeps the sample info if asked to."""
+    data = sample.data
+    if float_dtype is not None:
+      data = tf.nest.map_structure(
+          lambda x: tf.cast(x, float_dtype)
+          if x.dtype.is_floating and x.dtype != float_dtype else x, data)
+    return (data, sample.info) if with_info else data
 
   def reader(_=None) -> tf.data.Dataset:
     samples = reverb.TrajectoryDataset(

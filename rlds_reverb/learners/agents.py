@@ -1,14 +1,20 @@
-"""TF-Agents agents for continuous control, built with their published settings.
+"""TF-Agents agents, built with their published settings.
 
-`make_agent(kind, ...)` builds SAC, TD3, BC, TD3+BC or CQL-SAC from specs and
-an `AgentConfig`. Defaults follow the sources the issue names: TF-Agents'
-SAC example (haarnoja18), TD3+BC (Fujimoto & Gu 2021: alpha 2.5, actor every
-2 steps, policy noise 0.2 clipped at 0.5) and TF-Agents' CQL-SAC D4RL MuJoCo
-gin configs (kumar20/configs/mujoco.gin).
+`make_agent(kind, ...)` builds SAC, TD3, BC, TD3+BC or CQL-SAC (continuous
+control) or DQN (discrete, see `dqn`) from specs and an `AgentConfig`.
+Defaults follow the sources the issues name: TF-Agents' SAC example
+(haarnoja18), TD3+BC (Fujimoto & Gu 2021: alpha 2.5, actor every 2 steps,
+policy noise 0.2 clipped at 0.5), TF-Agents' CQL-SAC D4RL MuJoCo gin configs
+(kumar20/configs/mujoco.gin) and RL Zoo's DQN CartPole settings.
+
+The critic learners report their TD errors in `LossInfo.extra.td_error`, as
+`DqnAgent` does, so that prioritized replay (`rlds_reverb.per`) can set
+priorities from them.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Optional
 
@@ -23,12 +29,17 @@ from tf_agents.agents.td3 import td3_agent
 from tf_agents.networks import actor_distribution_network
 from tf_agents.utils import common
 
-AGENTS = ('sac', 'td3', 'bc', 'td3_bc', 'cql_sac')
+AGENTS = ('sac', 'td3', 'bc', 'td3_bc', 'cql_sac', 'dqn')
 OFFLINE_AGENTS = ('bc', 'td3_bc', 'cql_sac')
-ONLINE_AGENTS = ('sac', 'td3', 'td3_bc', 'cql_sac')
+ONLINE_AGENTS = ('sac', 'td3', 'td3_bc', 'cql_sac', 'dqn')
+DISCRETE_AGENTS = ('dqn',)
 # Which numpy head (numpy_policy.HEADS) exports each agent's actor.
 HEAD = {'sac': 'tanh_normal', 'cql_sac': 'tanh_normal', 'td3': 'deterministic',
-        'td3_bc': 'deterministic', 'bc': 'deterministic'}
+        'td3_bc': 'deterministic', 'bc': 'deterministic', 'dqn': 'q_argmax'}
+
+# LossInfo.extra of the critic learners: their own losses, plus the TD errors.
+CriticLossInfo = collections.namedtuple('CriticLossInfo',
+                                        ('losses', 'td_error'))
 
 
 @dataclasses.dataclass
@@ -45,6 +56,13 @@ class AgentConfig:
   td3_bc_alpha: float = 2.5
   cql_alpha: float = 0.1  # kumar20/configs/mujoco_medium.gin
   cql_bc_steps: int = 10_000
+  # DQN (RL Zoo's CartPole-v1 settings).
+  dqn_learning_rate: float = 2.3e-3
+  q_layers: tuple[int, ...] = (256, 256)
+  double_dqn: bool = False
+  dueling: bool = False
+  target_update_period: int = 128  # gradient steps between target copies
+  gradient_clipping: Optional[float] = 10.0
   seed: Optional[int] = None
 
 
@@ -63,7 +81,57 @@ def _defaults(kind: str, config: AgentConfig) -> AgentConfig:
       critic_layers=config.critic_layers or critic_layers)
 
 
-class Td3BcAgent(td3_agent.Td3Agent):
+class TdErrorRecorder:
+  """A `td_errors_loss_fn` that also keeps the TD errors it is shown.
+
+  SAC, TD3 and CQL-SAC compute `loss_fn(td_targets, q_predicted)` once per
+  critic inside `_train` and keep only the loss; the recorder keeps
+  `td_targets - q_predicted` too, for `ReportsTdErrors` to return.
+  """
+
+  def __init__(self, loss_fn=tf.math.squared_difference):
+    self._loss_fn = loss_fn
+    self._errors = []
+
+  def __call__(self, td_targets, predictions):
+    self._errors.append(td_targets - predictions)
+    return self._loss_fn(td_targets, predictions)
+
+  def clear(self) -> None:
+    self._errors = []
+
+  def take(self) -> tf.Tensor:
+    """Mean |TD error| over the critics, one per item; clears the record."""
+    errors, self._errors = self._errors, []
+    if not errors:
+      raise RuntimeError('the critic loss computed no TD errors')
+    return tf.reduce_mean(tf.abs(tf.stack(errors)), axis=0)
+
+
+class ReportsTdErrors:
+  """Mixin: the train step's `LossInfo.extra` becomes a CriticLossInfo."""
+
+  def _train(self, experience, weights=None):
+    recorder = self._td_errors_loss_fn
+    recorder.clear()
+    loss_info = super()._train(experience, weights)
+    return loss_info._replace(extra=CriticLossInfo(
+        losses=loss_info.extra, td_error=recorder.take()))
+
+
+class SacAgent(ReportsTdErrors, sac_agent.SacAgent):
+  pass
+
+
+class CqlSacAgent(ReportsTdErrors, cql_sac_agent.CqlSacAgent):
+  pass
+
+
+class Td3Agent(ReportsTdErrors, td3_agent.Td3Agent):
+  pass
+
+
+class Td3BcAgent(ReportsTdErrors, td3_agent.Td3Agent):
   """TD3+BC (Fujimoto & Gu 2021): TD3 whose actor also imitates the data.
 
   Actor loss: -lambda * Q(s, pi(s)) + mean((pi(s) - a)^2), with
@@ -142,9 +210,13 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
   """
   if kind not in AGENTS:
     raise ValueError(f'unknown agent {kind!r}; one of: {", ".join(AGENTS)}')
-  config = _defaults(kind, config or AgentConfig())
   train_step = (train_step if train_step is not None
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
+  if kind == 'dqn':
+    from rlds_reverb.learners import dqn  # pylint: disable=g-import-not-at-top
+    return dqn.make_dqn_agent(time_step_spec, action_spec,
+                              config or AgentConfig(), train_step)
+  config = _defaults(kind, config or AgentConfig())
   obs_spec = time_step_spec.observation
   # Legacy Adam: its slots are checkpointed per variable. The new Keras
   # optimizer keeps them in a list by position, and TF-Agents' SAC/TD3 order
@@ -163,13 +235,13 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
         critic_optimizer=adam(config.critic_learning_rate),
         alpha_optimizer=adam(config.alpha_learning_rate),
         target_update_tau=config.target_update_tau, target_update_period=1,
-        td_errors_loss_fn=tf.math.squared_difference, gamma=config.gamma,
+        td_errors_loss_fn=TdErrorRecorder(), gamma=config.gamma,
         reward_scale_factor=config.reward_scale_factor,
         train_step_counter=train_step)
     if kind == 'sac':
-      agent = sac_agent.SacAgent(time_step_spec, action_spec, **common_kwargs)
+      agent = SacAgent(time_step_spec, action_spec, **common_kwargs)
     else:
-      agent = cql_sac_agent.CqlSacAgent(
+      agent = CqlSacAgent(
           time_step_spec, action_spec, cql_alpha=config.cql_alpha,
           num_cql_samples=10, include_critic_entropy_term=False,
           use_lagrange_cql_alpha=False, cql_alpha_learning_rate=3e-4,
@@ -184,7 +256,7 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
         loss_fn=_first_step_mse(cloning_network), num_outer_dims=2,
         train_step_counter=train_step)
   else:
-    td3_class = Td3BcAgent if kind == 'td3_bc' else td3_agent.Td3Agent
+    td3_class = Td3BcAgent if kind == 'td3_bc' else Td3Agent
     extra = {'bc_alpha': config.td3_bc_alpha} if kind == 'td3_bc' else {}
     agent = td3_class(
         time_step_spec, action_spec,
@@ -194,7 +266,7 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
         critic_optimizer=adam(config.critic_learning_rate),
         exploration_noise_std=0.1, target_update_tau=config.target_update_tau,
         target_update_period=2, actor_update_period=2,
-        td_errors_loss_fn=tf.math.squared_difference, gamma=config.gamma,
+        td_errors_loss_fn=TdErrorRecorder(), gamma=config.gamma,
         reward_scale_factor=config.reward_scale_factor,
         target_policy_noise=0.2, target_policy_noise_clip=0.5,
         train_step_counter=train_step, **extra)
@@ -204,7 +276,7 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
 
 def actor_network(agent: Any) -> Any:
   """The network whose weights the numpy policy exports."""
-  for name in ('_actor_network', '_cloning_network'):
+  for name in ('_actor_network', '_cloning_network', '_q_network'):
     if hasattr(agent, name):
       return getattr(agent, name)
   raise ValueError(f'{type(agent).__name__} has no actor network')

@@ -40,15 +40,15 @@ class _Episode:
     self.observations = [first_obs]
     self.actions, self.rewards = [], []
 
-  def to_rlds(self, terminated: bool, action_shape: tuple[int, ...]
-              ) -> dict[str, np.ndarray]:
+  def to_rlds(self, terminated: bool, action_shape: tuple[int, ...],
+              action_dtype: np.dtype) -> dict[str, np.ndarray]:
     n = len(self.observations)
     return {
         'observation': np.asarray(self.observations, np.float32),
         'action': np.concatenate([
-            np.asarray(self.actions, np.float32).reshape((n - 1,) +
-                                                         action_shape),
-            np.zeros((1,) + action_shape, np.float32)]),
+            np.asarray(self.actions, action_dtype).reshape((n - 1,) +
+                                                           action_shape),
+            np.zeros((1,) + action_shape, action_dtype)]),
         'reward': np.asarray(self.rewards + [0.0], np.float32),
         'discount': np.ones(n, np.float32),
         'is_first': np.arange(n) == 0,
@@ -62,15 +62,22 @@ class Collector:
 
   Episodes still running when `collect` returns carry over to the next call;
   only finished episodes are written (a partial episode is not valid RLDS).
+  Items go in at `priority()` (prioritized replay: the largest priority so
+  far, `per.MaxPriority`); 1.0 by default.
   """
 
   def __init__(self, env_id: str, client: reverb.Client, table: str, *,
-               num_envs: int = 1, seed: int = 0):
+               num_envs: int = 1, seed: int = 0,
+               priority: Callable[[], float] = lambda: 1.0):
     self._client, self._table = client, table
+    self._priority = priority
     self._envs = gym.vector.SyncVectorEnv(
         [lambda: envs.make_env(env_id)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     self._action_shape = tuple(self._envs.single_action_space.shape)
+    self._action_dtype = np.dtype(
+        np.int64 if isinstance(self._envs.single_action_space,
+                               gym.spaces.Discrete) else np.float32)
     self._rng = np.random.default_rng(seed)
     self._obs, _ = self._envs.reset(seed=seed)
     self._episodes = [_Episode(o) for o in self._obs]
@@ -103,7 +110,8 @@ class Collector:
         taken += 1
         if terminated[i] or truncated[i]:
           finished.append(episode.to_rlds(bool(terminated[i]),
-                                          self._action_shape))
+                                          self._action_shape,
+                                          self._action_dtype))
           returns.append(float(self._returns[i]))
       self._resetting = terminated | truncated
       self._obs = obs
@@ -122,6 +130,7 @@ class Collector:
       rlds_data = one if rlds_data is None else rlds_data.concatenate(one)
     stats = push.PushStats()
     push.push_rlds_to_table(rlds_data, self._client, self._table,
+                            priority=self._priority(),
                             zero_terminal_discount=True, stats=stats)
     self.stats.items_written += stats.items
 
@@ -130,9 +139,13 @@ class Collector:
 
 
 def random_act(action_low: np.ndarray, action_high: np.ndarray) -> ActFn:
-  """Uniform actions: SAC's initial collection."""
+  """Uniform actions: the initial collection (integers for Discrete)."""
   def act(observations: np.ndarray, rng: np.random.Generator):
     n = len(observations)
+    if np.issubdtype(np.asarray(action_low).dtype, np.integer):
+      count = int(action_high) - int(action_low) + 1
+      return (rng.integers(action_low, action_high + 1, n).astype(np.int64),
+              np.full(n, -np.log(count)))
     return (rng.uniform(action_low, action_high,
                         (n,) + action_low.shape).astype(np.float32),
             np.zeros(n))
@@ -142,3 +155,8 @@ def random_act(action_low: np.ndarray, action_high: np.ndarray) -> ActFn:
 def policy_act(policy: Any, noise_std: float = 0.1) -> ActFn:
   """Explores with a `NumpyPolicy`: samples (SAC) or adds noise (TD3)."""
   return lambda obs, rng: policy.sample(obs, rng, noise_std=noise_std)
+
+
+def epsilon_greedy_act(policy: Any, epsilon: float) -> ActFn:
+  """Explores with a 'q_argmax' `NumpyPolicy` (DQN)."""
+  return lambda obs, rng: policy.epsilon_greedy(obs, rng, epsilon)

@@ -2,7 +2,8 @@
 
 The learners never step a TF-Agents environment (acting is numpy, see
 `numpy_policy`), but TF-Agents agents are built from specs; these come from
-the gymnasium spaces, in float32 as the agents compute.
+the gymnasium spaces: float32 observations and Box actions, as the agents
+compute, and int64 actions for Discrete spaces (DQN).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class EnvSpecs:
   time_step_spec: ts.TimeStep
   action_spec: tensor_spec.BoundedTensorSpec
 
+  @property
+  def discrete(self) -> bool:
+    return not self.action_spec.dtype.is_floating
+
 
 def make_env(env_id: str, **kwargs) -> gym.Env:
   """gym.make with a one-line error for unknown or broken env ids."""
@@ -44,10 +49,11 @@ def make_env(env_id: str, **kwargs) -> gym.Env:
 
 
 def env_specs(env_id: str) -> EnvSpecs:
-  """Reads an env's Box spaces into TF-Agents float32 specs.
+  """Reads an env's spaces into TF-Agents specs.
 
   Raises:
-    ValueError: unknown env, or spaces that are not bounded Boxes.
+    ValueError: unknown env, an observation space that is not a Box, or an
+      action space that is neither a bounded Box nor Discrete.
   """
   env = make_env(env_id)
   try:
@@ -57,12 +63,21 @@ def env_specs(env_id: str) -> EnvSpecs:
   if not isinstance(obs_space, gym.spaces.Box):
     raise ValueError(f'env {env_id!r}: observation space must be a Box, got '
                      f'{obs_space}')
+  obs_spec = tf.TensorSpec(obs_space.shape, tf.float32, name='observation')
+  if isinstance(act_space, gym.spaces.Discrete):
+    low, high = int(act_space.start), int(act_space.start + act_space.n - 1)
+    return EnvSpecs(
+        env_id=env_id, observation_shape=tuple(obs_space.shape),
+        action_low=np.asarray(low, np.int64),
+        action_high=np.asarray(high, np.int64),
+        time_step_spec=ts.time_step_spec(obs_spec),
+        action_spec=tensor_spec.BoundedTensorSpec(
+            (), tf.int64, minimum=low, maximum=high, name='action'))
   if not (isinstance(act_space, gym.spaces.Box) and
           np.all(np.isfinite(act_space.low)) and
           np.all(np.isfinite(act_space.high))):
-    raise ValueError(f'env {env_id!r}: action space must be a bounded Box, '
-                     f'got {act_space}')
-  obs_spec = tf.TensorSpec(obs_space.shape, tf.float32, name='observation')
+    raise ValueError(f'env {env_id!r}: action space must be a bounded Box '
+                     f'or Discrete, got {act_space}')
   action_spec = tensor_spec.BoundedTensorSpec(
       act_space.shape, tf.float32, minimum=act_space.low.astype(np.float32),
       maximum=act_space.high.astype(np.float32), name='action')

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
@@ -36,8 +36,14 @@ class Learner:
 
   def __init__(self, agent: Any, root_dir: str, *,
                summary_interval: int = 1000, max_checkpoints: int = 2,
+               train_step_fn: Callable[[Any], tf.Tensor] | None = None,
                **extra_state: Any):
+    """`train_step_fn(batch) -> loss` replaces `agent.train(batch).loss`
+    (prioritized replay: `per.PrioritizedTrainStep`); `extra_state` goes
+    into the checkpoint with the agent."""
     self.agent = agent
+    self._train_step_fn = train_step_fn or (
+        lambda batch: agent.train(batch).loss)
     self.root_dir = root_dir
     self.env_steps = tf.Variable(0, dtype=tf.int64, name='env_steps')
     self.checkpoint = tf.train.Checkpoint(
@@ -69,6 +75,7 @@ class Learner:
     """Runs `num_steps` gradient steps; returns the last total loss."""
     if self._train_fn is None:
       agent, interval = self.agent, self._summary_interval
+      train_step_fn = self._train_step_fn
 
       @tf.function
       def train_steps(iterator, n):
@@ -76,7 +83,7 @@ class Learner:
         for _ in tf.range(n):
           with tf.summary.record_if(
               tf.equal(agent.train_step_counter % interval, 0)):
-            loss = agent.train(next(iterator)).loss
+            loss = train_step_fn(next(iterator))
         return loss
 
       self._train_fn = train_steps

@@ -6,12 +6,15 @@ step, a numpy forward pass a few microseconds. The learner's actor network
 is exported here after training (or every few thousand steps for the online
 actor), and shipped behaviour policies are these files.
 
-Two heads, matching the TF-Agents actors the learners use:
+Three heads, matching the TF-Agents networks the learners use:
   'tanh_normal'  ActorDistributionNetwork + TanhNormalProjectionNetwork (SAC,
                  CQL-SAC): output splits into mean and log std, the action is
                  tanh(mean + std * noise) scaled to the action bounds.
   'deterministic' ddpg.ActorNetwork (TD3, TD3+BC, BC): tanh output scaled
                  to the action bounds.
+  'q_argmax'     QNetwork / DuelingQNetwork (DQN): the outputs are Q-values
+                 of the discrete actions action_low..action_high; greedy is
+                 their argmax, exploration epsilon-greedy.
 Observations are normalised with (obs - obs_mean) / obs_std first when the
 policy carries those statistics (TD3+BC trains on normalised states).
 """
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-HEADS = ('tanh_normal', 'deterministic')
+HEADS = ('tanh_normal', 'deterministic', 'q_argmax')
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
@@ -82,6 +85,8 @@ class NumpyPolicy:
   def greedy(self, observations: np.ndarray) -> np.ndarray:
     """The mode: what evaluation runs (TF-Agents' GreedyPolicy)."""
     out = self._last_layer(observations)
+    if self.head == 'q_argmax':
+      return (np.argmax(out, axis=-1) + self.action_low).astype(np.int64)
     if self.head == 'tanh_normal':
       out = out[..., :self.action_size]
     return (self._center + self._magnitude * np.tanh(out)).astype(np.float32)
@@ -95,6 +100,8 @@ class NumpyPolicy:
     units, clipped to the bounds, as TD3's collect policy); its log-prob is
     NaN, since a clipped Gaussian has no density at the bounds.
     """
+    if self.head == 'q_argmax':
+      raise ValueError("a 'q_argmax' policy explores with epsilon_greedy")
     out = self._last_layer(observations)
     if self.head == 'deterministic':
       actions = self._center + self._magnitude * np.tanh(out)
@@ -114,6 +121,25 @@ class NumpyPolicy:
                       - np.log(self._magnitude), axis=-1)
     actions = self._center + self._magnitude * squashed
     return actions.astype(np.float32), log_prob
+
+  def epsilon_greedy(self, observations: np.ndarray, rng: np.random.Generator,
+                     epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """DQN's exploration: a uniform action with probability epsilon.
+
+    Returns (actions, their log-probabilities under the epsilon-greedy
+    distribution).
+    """
+    if self.head != 'q_argmax':
+      raise ValueError(f'epsilon_greedy needs a q_argmax policy, this one is '
+                       f'{self.head!r}')
+    q_values = self._last_layer(observations)
+    count = q_values.shape[-1]
+    greedy = np.argmax(q_values, axis=-1)
+    explore = rng.random(greedy.shape) < epsilon
+    chosen = np.where(explore, rng.integers(0, count, greedy.shape), greedy)
+    probability = epsilon / count + (1.0 - epsilon) * (chosen == greedy)
+    return ((chosen + self.action_low).astype(np.int64),
+            np.log(probability))
 
   def save(self, path: str) -> None:
     """Writes an .npz (float32 weights, metadata as JSON)."""

@@ -22,6 +22,7 @@ import tqdm
 
 from rlds_reverb import convert
 from rlds_reverb import datasets
+from rlds_reverb import per
 from rlds_reverb import sampling
 from rlds_reverb import tables
 from rlds_reverb.learners import agents
@@ -59,9 +60,20 @@ class OfflineConfig:
   online_finetune_steps: int = 0
   train_every: int = 1000
   exploration_noise: float = 0.1
+  replay: str = 'uniform'  # or 'prioritized' (the offline table)
+  # None: per.PerConfig defaults, beta annealed over all train_steps.
+  per_config: per.PerConfig | None = None
   seed: int = 0
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
+
+  @property
+  def prioritized(self) -> bool:
+    return self.replay == 'prioritized'
+
+  @property
+  def per_settings(self) -> per.PerConfig:
+    return self.per_config or per.PerConfig(beta_steps=self.train_steps)
 
   @property
   def normalizes(self) -> bool:
@@ -86,6 +98,16 @@ def _check(config: OfflineConfig) -> None:
                      'cql_sac with --online_finetune_steps')
   if config.online_finetune_steps and config.batch_size < 2:
     raise ValueError('symmetric sampling needs batch_size >= 2')
+  if config.replay not in per.REPLAYS:
+    raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
+                     f'{config.replay!r}')
+  if config.prioritized and config.agent == 'bc':
+    raise ValueError('bc has no TD error to prioritize by; use td3_bc or '
+                     'cql_sac with prioritized replay')
+  if config.prioritized and config.online_finetune_steps:
+    raise ValueError('prioritized replay covers the offline phase only; '
+                     'fine-tuning samples both tables uniformly: drop '
+                     'prioritized replay or online_finetune_steps')
 
 
 class _Tables:
@@ -99,7 +121,8 @@ class _Tables:
       table_list.append(tables.make_table(
           config.table, data_spec,
           max_size=offline_data.UNBOUNDED_TABLE_SIZE,
-          min_size_to_sample=1))
+          sampler='prioritized' if config.prioritized else 'uniform',
+          alpha=config.per_settings.alpha, min_size_to_sample=1))
     if config.online_finetune_steps:
       table_list.append(tables.make_table(
           online.ONLINE_TABLE, online.trajectory_spec(specs),
@@ -117,6 +140,8 @@ class _Tables:
     self.offline_client = (
         tables.connect(config.reverb_address) if config.reverb_address
         else self.server.localhost_client())
+    if config.prioritized and config.reverb_address:
+      per.check_prioritized(self.offline_client, config.table)
 
   def checkpoint(self) -> None:
     if self.server is not None:
@@ -188,7 +213,15 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
     mean, std = _observation_stats(config, data)
     agent = agents.make_agent(config.agent, specs.time_step_spec,
                               specs.action_spec, config.agent_config)
-    learner = loop.Learner(agent, config.root_dir)
+    max_priority = per.MaxPriority()
+    train_step_fn = None
+    if config.prioritized:
+      train_step_fn = per.PrioritizedTrainStep(
+          agent, per.PriorityUpdater(data.address, data.table),
+          config.per_settings, max_priority)
+    learner = loop.Learner(agent, config.root_dir,
+                           train_step_fn=train_step_fn,
+                           max_priority=max_priority.variable)
     learner.restore()
     policy = online.export_policy(agent, config.agent, specs,
                                   dataset=config.dataset, seed=config.seed)
@@ -196,6 +229,7 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
     normalize = offline_data.normalizer(mean, std)
     summary = {'agent': config.agent, 'dataset': config.dataset,
                'env': config.env, 'seed': config.seed,
+               'replay': config.replay,
                'table_size': data.table_size,
                'batch_size': config.batch_size}
 
@@ -211,8 +245,13 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
                               title=f'{config.agent} on {config.dataset}, '
                               f'seed {config.seed}')
 
-    offline_batches = offline_data.sample_batches(
-        data, config.batch_size).map(normalize)
+    if config.prioritized:
+      offline_batches = offline_data.sample_batches(
+          data, config.batch_size, with_info=True).map(
+              lambda batch, info: (normalize(batch), info))
+    else:
+      offline_batches = offline_data.sample_batches(
+          data, config.batch_size).map(normalize)
     start, seconds, timed = learner.train_step, 0.0, 0
     iterator = iter(offline_batches)
     record = None

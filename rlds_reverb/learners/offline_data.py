@@ -147,10 +147,15 @@ def existing_table(client: reverb.Client, address: str, table: str,
   return TableData(address, table, data_spec, info.current_size, None)
 
 
-def sample_batches(data: TableData, batch_size: int) -> tf.data.Dataset:
-  """Batches of [batch_size, 2] trajectories from the table, float32."""
+def sample_batches(data: TableData, batch_size: int, *,
+                   with_info: bool = False) -> tf.data.Dataset:
+  """Batches of [batch_size, 2] trajectories from the table, float32.
+
+  With `with_info`, (batch, SampleInfo) pairs, for prioritized replay.
+  """
   return sampling.transition_dataset(data.address, data.table, data.data_spec,
-                                     batch_size, dtypes_to=AGENT_DTYPE)
+                                     batch_size, dtypes_to=AGENT_DTYPE,
+                                     with_info=with_info)
 
 
 def observation_stats(data: TableData, num_samples: int = 100_000,

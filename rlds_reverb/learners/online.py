@@ -5,6 +5,12 @@ episodes written with `push_rlds_to_table`) with `train_every * utd`
 gradient steps on batches sampled from the table, SpinningUp's
 `update_every` scheme. Everything needed to resume is checkpointed together:
 the agent (Learner) and the Reverb table (Reverb's own checkpointer).
+
+With `replay='prioritized'` the table samples by priority (`rlds_reverb.per`):
+the collector inserts at the running maximum priority, and each learner step
+weights its loss by importance weights and sends the new priorities back.
+DQN (discrete actions) explores epsilon-greedy, epsilon falling linearly from
+1 to `epsilon_final` over the first `exploration_fraction` of the run.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
+from rlds_reverb import per
 from rlds_reverb import sampling
 from rlds_reverb import tables
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import collect
+from rlds_reverb.learners import dqn
 from rlds_reverb.learners import envs
 from rlds_reverb.learners import evaluation
 from rlds_reverb.learners import loop
@@ -52,6 +60,11 @@ class OnlineConfig:
   snapshot_interval: int = 0  # save a numpy policy every N env steps; 0: off
   replay_size: int = 1_000_000
   exploration_noise: float = 0.1  # TD3-style agents only
+  epsilon_final: float = 0.04  # DQN only
+  exploration_fraction: float = 0.16  # DQN: share of env_steps to decay over
+  replay: str = 'uniform'  # or 'prioritized'
+  # None: per.PerConfig defaults, beta annealed over all gradient steps.
+  per_config: per.PerConfig | None = None
   seed: int = 0
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
@@ -62,7 +75,7 @@ def trajectory_spec(specs: envs.EnvSpecs) -> trajectory.Trajectory:
   obs = tf.TensorSpec(specs.observation_shape, tf.float32)
   step_spec = ts.time_step_spec(obs, tf.TensorSpec((), tf.float32))
   action = policy_step.PolicyStep(
-      tf.TensorSpec(specs.action_spec.shape, tf.float32))
+      tf.TensorSpec(specs.action_spec.shape, specs.action_spec.dtype))
   return trajectory.from_transition(step_spec, action, step_spec)
 
 
@@ -76,13 +89,63 @@ def _check(config: OnlineConfig) -> None:
   if config.agent not in agents.ONLINE_AGENTS:
     raise ValueError(f'agent {config.agent!r} does not train online; one of: '
                      f'{", ".join(agents.ONLINE_AGENTS)}')
+  if config.replay not in per.REPLAYS:
+    raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
+                     f'{config.replay!r}')
+  if not 0 <= config.epsilon_final <= 1 or not (
+      0 <= config.exploration_fraction <= 1):
+    raise ValueError('epsilon_final and exploration_fraction must be in '
+                     '[0, 1]')
+
+
+def check_agent_fits_env(kind: str, specs: envs.EnvSpecs) -> None:
+  """Raises ValueError when a discrete agent meets continuous actions or back."""
+  if specs.discrete and kind not in agents.DISCRETE_AGENTS:
+    raise ValueError(f'env {specs.env_id} has discrete actions; agent {kind} '
+                     f'needs continuous ones: use '
+                     f'{", ".join(agents.DISCRETE_AGENTS)}')
+  if not specs.discrete and kind in agents.DISCRETE_AGENTS:
+    raise ValueError(f'agent {kind} needs discrete actions; env '
+                     f'{specs.env_id} has continuous ones: use sac or td3')
+
+
+def per_config_for(config: OnlineConfig) -> per.PerConfig:
+  """The run's PER settings; by default beta reaches 1 at the last step."""
+  if config.per_config is not None:
+    return config.per_config
+  learning_steps = max(config.env_steps - config.initial_collect_steps, 1)
+  return per.PerConfig(beta_steps=max(int(learning_steps * config.utd), 1))
 
 
 def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
                   **metadata: Any) -> numpy_policy.NumpyPolicy:
+  metadata = {'env': specs.env_id, 'agent': kind, **metadata}
+  if kind in agents.DISCRETE_AGENTS:
+    return dqn.export_q_policy(agent, specs.action_spec, metadata)
   return numpy_policy.from_network(
       agents.actor_network(agent), agents.HEAD[kind], specs.action_spec,
-      metadata={'env': specs.env_id, 'agent': kind, **metadata})
+      metadata=metadata)
+
+
+def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
+                kind: str) -> None:
+  """Copies the learner's current weights into the actor's numpy policy."""
+  if kind in agents.DISCRETE_AGENTS:
+    policy.kernels, policy.biases = dqn.q_layers(agent._q_network)  # pylint: disable=protected-access
+  else:
+    numpy_policy.update_weights(policy, agents.actor_network(agent))
+
+
+def explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
+                specs: envs.EnvSpecs, env_steps: int) -> collect.ActFn:
+  """How the actor picks actions after `env_steps` steps."""
+  if env_steps < config.initial_collect_steps:
+    return collect.random_act(specs.action_low, specs.action_high)
+  if specs.discrete:
+    decay_steps = int(config.exploration_fraction * config.env_steps)
+    return collect.epsilon_greedy_act(
+        policy, dqn.epsilon(env_steps, decay_steps, config.epsilon_final))
+  return collect.policy_act(policy, config.exploration_noise)
 
 
 def train_online(config: OnlineConfig, *, show_progress: bool = True,
@@ -95,25 +158,46 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
   _check(config)
   tf.random.set_seed(config.seed)
   specs = envs.env_specs(config.env)
+  check_agent_fits_env(config.agent, specs)
+  prioritized = config.replay == 'prioritized'
+  per_config = per_config_for(config)
   data_spec = trajectory_spec(specs)
   os.makedirs(config.root_dir, exist_ok=True)
+  if prioritized:
+    table = per.make_table(ONLINE_TABLE, data_spec,
+                           max_size=config.replay_size, alpha=per_config.alpha,
+                           min_size_to_sample=config.batch_size)
+  else:
+    table = tables.make_table(ONLINE_TABLE, data_spec,
+                              max_size=config.replay_size,
+                              min_size_to_sample=config.batch_size)
   server = tables.start_server(
-      [tables.make_table(ONLINE_TABLE, data_spec, max_size=config.replay_size,
-                         min_size_to_sample=config.batch_size)],
-      checkpoint_dir=os.path.join(config.root_dir, REVERB_CHECKPOINTS))
+      [table], checkpoint_dir=os.path.join(config.root_dir, REVERB_CHECKPOINTS))
+  address = f'localhost:{server.port}'
   collector = None
   try:
     client = server.localhost_client()
     agent = agents.make_agent(config.agent, specs.time_step_spec,
                               specs.action_spec, config.agent_config)
-    learner = loop.Learner(agent, config.root_dir)
+    max_priority = per.MaxPriority()
+    train_step_fn = None
+    if prioritized:
+      train_step_fn = per.PrioritizedTrainStep(
+          agent, per.PriorityUpdater(address, ONLINE_TABLE), per_config,
+          max_priority)
+    learner = loop.Learner(agent, config.root_dir,
+                           train_step_fn=train_step_fn,
+                           max_priority=max_priority.variable)
     resumed = learner.restore()
     start = int(learner.env_steps.numpy())
-    collector = collector_for(config, client, start)
+    collector = collector_for(
+        config, client, start,
+        priority=max_priority if prioritized else (lambda: 1.0))
     policy = export_policy(agent, config.agent, specs)
     iterator = None
     record = {}
-    title = f'{config.agent} online, {config.env}, seed {config.seed}'
+    title = (f'{config.agent} online, {config.replay} replay, {config.env}, '
+             f'seed {config.seed}')
     with tqdm.tqdm(total=config.env_steps, initial=start, unit='env step',
                    desc=f'{config.agent} {config.env}', smoothing=0.05,
                    disable=not show_progress) as bar:
@@ -122,20 +206,17 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
                   'gradient steps')
       while int(learner.env_steps.numpy()) < config.env_steps:
         steps_before = int(learner.env_steps.numpy())
-        if steps_before < config.initial_collect_steps:
-          act = collect.random_act(specs.action_low, specs.action_high)
-        else:
-          act = collect.policy_act(policy, config.exploration_noise)
+        act = explore_act(policy, config, specs, steps_before)
         returns = collector.collect(config.train_every, act)
         learner.env_steps.assign_add(config.train_every)
         env_steps = int(learner.env_steps.numpy())
         if env_steps >= config.initial_collect_steps:
           if iterator is None:
             iterator = iter(sampling.transition_dataset(
-                f'localhost:{server.port}', ONLINE_TABLE, data_spec,
-                config.batch_size))
+                address, ONLINE_TABLE, data_spec, config.batch_size,
+                with_info=prioritized))
           learner.train(iterator, int(config.train_every * config.utd))
-          numpy_policy.update_weights(policy, agents.actor_network(agent))
+          sync_policy(policy, agent, config.agent)
         if returns:
           learner.write_scalars({'return': float(np.mean(returns))},
                                 env_steps, 'collect')
@@ -175,11 +256,14 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
 
 
 def collector_for(config: OnlineConfig, client: reverb.Client,
-                  env_steps: int) -> collect.Collector:
+                  env_steps: int, *,
+                  priority: Callable[[], float] = lambda: 1.0
+                  ) -> collect.Collector:
   # A resumed run reseeds from its step count: it does not replay the
   # episodes it already collected.
   return collect.Collector(config.env, client, ONLINE_TABLE,
-                           seed=config.seed * 1_000_003 + env_steps)
+                           seed=config.seed * 1_000_003 + env_steps,
+                           priority=priority)
 
 
 def crossed(before: int, after: int, interval: int) -> bool:
