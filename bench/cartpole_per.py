@@ -56,9 +56,15 @@ def steps_to(records: list[dict], target: float) -> int | None:
   return None
 
 
+def _finished(replay: str, seed: str) -> bool:
+  records = loop.Learner.read_eval_log(_run_dir(replay, seed))
+  return bool(records) and records[-1]['env_steps'] >= _STEPS.value
+
+
 def main(argv):
   del argv
-  runs = [(r, s) for r in _REPLAYS.value for s in _SEEDS.value]
+  runs = [(r, s) for r in _REPLAYS.value for s in _SEEDS.value
+          if not _finished(r, s)]
   pending, running = list(runs), []
   started = time.time()
   while pending or running:
@@ -81,22 +87,35 @@ def main(argv):
   result = {'target': _TARGET.value, 'env_steps': _STEPS.value,
             'extra_flags': _EXTRA.value, 'wall_s': round(time.time() -
                                                           started)}
-  curves_by_run = {}
+  curves_by_run, styles = {}, {}
+  colors = dict(zip(_REPLAYS.value, ('tab:blue', 'tab:orange', 'tab:green',
+                                     'tab:red')))
   for replay in _REPLAYS.value:
     reached = {}
     for seed in _SEEDS.value:
       records = loop.Learner.read_eval_log(_run_dir(replay, seed))
       reached[seed] = steps_to(records, _TARGET.value)
       curves_by_run[f'{replay} seed {seed}'] = records
+      styles[f'{replay} seed {seed}'] = {
+          'color': colors[replay], 'alpha': 0.3, 'linewidth': 1,
+          'markersize': 0, 'label': None}
       result.setdefault('final_return', {})[f'{replay}_seed{seed}'] = (
           records[-1]['average_return'] if records else None)
+    mean_name = f'{replay} replay, mean of {len(_SEEDS.value)} seeds'
+    curves_by_run[mean_name] = curves.mean_curve(
+        [curves_by_run[f'{replay} seed {s}'] for s in _SEEDS.value],
+        x='env_steps')
+    styles[mean_name] = {'color': colors[replay], 'linewidth': 2.2}
     result[f'{replay}_steps_to_target'] = reached
     result[f'{replay}_reached'] = sum(v is not None for v in reached.values())
   curves.plot_curves(curves_by_run, _PNG.value, x='env_steps',
-                     title='DQN on CartPole-v1: prioritized vs uniform replay',
+                     title='DQN on CartPole-v1: '
+                     f'{" vs ".join(_REPLAYS.value)} replay '
+                     f'{" ".join(_EXTRA.value)}'.strip(),
                      x_label='env steps',
                      y_label='average return (10 greedy episodes)',
-                     hlines={f'target {_TARGET.value:g}': _TARGET.value})
+                     hlines={f'target {_TARGET.value:g}': _TARGET.value},
+                     styles=styles)
   result['png'] = _PNG.value
   print(json.dumps(result), flush=True)
 

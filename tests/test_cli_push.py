@@ -288,14 +288,36 @@ def test_bad_flag_value(dataset):
       '0 or none for whole episodes')
 
 
-@pytest.mark.parametrize('module', ['push', 'serve'])
+@pytest.mark.parametrize('module', ['push', 'serve', 'train', 'plot'])
 def test_help_lists_every_flag(module):
   source = (REPO / 'pipelines' / f'{module}.py').read_text()
   names = re.findall(r"flags\.DEFINE_\w+\(\s*'(\w+)'", source)
-  assert 'dataset' in names
+  assert len(names) >= 5
   proc = _run(module, '--help')
   assert proc.returncode == 0, proc.stderr
   for name in names:
     # Each flag with some help text after it.
     assert re.search(rf'--(\[no\])?{name}: \S', proc.stdout), (name,
                                                               proc.stdout)
+
+
+def test_prioritized_table_for_per(dataset, tmp_path):
+  """--sampler prioritized: a PER table, every item at the starting maximum."""
+  from rlds_reverb import per  # pylint: disable=g-import-not-at-top
+  from rlds_reverb import tables  # pylint: disable=g-import-not-at-top
+  push = _Background('push', '--dataset', dataset, '--sampler', 'prioritized',
+                     '--alpha', '0.5', '--serve',
+                     stderr_path=tmp_path / 'push.stderr')
+  address = push.wait_for(
+      r'^serving table rlds on (localhost:\d+) \(Ctrl-C to stop\)$')[1]
+  try:
+    client = tables.connect(address)
+    assert per.sampler_alpha(client, 'rlds') == 0.5
+    priorities = {float(s.info.priority) for s in client.sample(
+        'rlds', num_samples=20, emit_timesteps=False)}
+    assert priorities == {per.INITIAL_MAX_PRIORITY}
+  finally:
+    assert push.interrupt() == 0, push.stderr()
+  proc = _run('push', '--dataset', dataset, '--reverb_address',
+              'localhost:1', '--sampler', 'prioritized')
+  assert 'applies to the embedded server only' in _error_line(proc)

@@ -127,8 +127,37 @@ def test_online_sac_short_run(tmp_path, monkeypatch):
   assert np.isfinite(generated.mean_return)
 
 
+def test_dqn_per_double_dueling_run_and_resume(tmp_path):
+  root = str(tmp_path / 'dqn')
+  common = ['--agent', 'dqn', '--env', 'CartPole-v1', '--replay',
+            'prioritized', '--double', '--dueling', '--root_dir', root,
+            '--eval_interval', '512', '--eval_episodes', '2',
+            '--checkpoint_interval', '512']
+  first = _summary(_train(*common, '--steps', '1024'))
+  # dqn defaults: 1000 random steps, then 128 gradient steps per 256.
+  assert first['env_steps'] == 1024 and first['train_step'] == 128
+  assert first['average_return'] > 0
+  for name in ('eval.jsonl', 'learning_curve.png', 'policy.npz',
+               'checkpoints', 'tensorboard', 'reverb'):
+    assert os.path.exists(os.path.join(root, name)), name
+  # Rerunning with a larger budget resumes: 2 more phases, not 6.
+  second = _summary(_train(*common, '--steps', '1536'))
+  assert second['env_steps'] == 1536 and second['train_step'] == 384
+  evals = [json.loads(line) for line in open(os.path.join(root,
+                                                          'eval.jsonl'))]
+  assert [e['env_steps'] for e in evals] == [512, 1024, 1536]
+
+
 @pytest.mark.parametrize('args, message', [
     (['--agent', 'nope'], 'flag --agent=nope'),
+    (['--agent', 'dqn'], 'agent dqn needs discrete actions; env '
+     'HalfCheetah-v5 has continuous ones'),
+    (['--agent', 'sac', '--env', 'CartPole-v1', '--steps', '10'],
+     'env CartPole-v1 has discrete actions'),
+    (['--agent', 'bc', '--dataset', 'x', '--replay', 'prioritized'],
+     'bc has no TD error to prioritize by'),
+    (['--agent', 'dqn', '--env', 'CartPole-v1', '--per_beta0', '2'],
+     'flag --per_beta0=2'),
     (['--agent', 'bc'], '--agent bc needs offline data'),
     (['--agent', 'sac', '--dataset', 'x'], '--agent sac trains online'),
     (['--agent', 'bc', '--dataset', '/no/such/dir'],
@@ -154,3 +183,30 @@ def test_dataset_for_another_env_is_refused(dataset, tmp_path):
                             '--env', 'Hopper-v5', '--root_dir',
                             str(tmp_path / 'r')))
   assert "'observation' has shape [17] but env Hopper-v5 needs [11]" in line
+
+
+def test_plot_draws_several_runs_on_one_png(tmp_path):
+  runs = []
+  for name, returns in (('per', [10, 200, 500]), ('uniform', [10, 100, 300])):
+    run = tmp_path / name
+    run.mkdir()
+    (run / 'eval.jsonl').write_text(''.join(
+        json.dumps({'env_steps': 1000 * (i + 1), 'average_return': r}) + '\n'
+        for i, r in enumerate(returns)))
+    runs.append(str(run))
+  out = tmp_path / 'both.png'
+  proc = subprocess.run(
+      [sys.executable, '-m', 'pipelines.plot', '--run_dirs', ','.join(runs),
+       '--labels', 'prioritized,uniform', '--hline', '475', '--out',
+       str(out)], cwd=REPO, env=ENV, capture_output=True, text=True,
+      timeout=TIMEOUT_S, check=False)
+  assert proc.returncode == 0, proc.stderr
+  assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert f'plot: wrote {out} (2 runs)' in proc.stdout
+  missing = subprocess.run(
+      [sys.executable, '-m', 'pipelines.plot', '--run_dirs',
+       str(tmp_path / 'nope'), '--out', str(out)], cwd=REPO, env=ENV,
+      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+  assert missing.returncode == 1
+  assert f'plot: error: {tmp_path / "nope"} has no eval.jsonl' in (
+      missing.stderr)

@@ -1,0 +1,77 @@
+r"""Draws the learning curves of several runs on one PNG.
+
+Each run directory of `pipelines.train` holds an eval.jsonl; this puts them
+side by side, e.g. prioritized against uniform replay:
+
+  python -m pipelines.plot --out per_vs_uniform.png \
+      --run_dirs runs/dqn_per_cartpole_v1_seed0,runs/dqn_cartpole_v1_seed0 \
+      --labels prioritized,uniform --hline 475
+
+Bad input ends with one line on stderr (`plot: error: ...`), exit code 1 (2
+for bad flags).
+"""
+
+import os
+
+# TensorFlow's C++ start-up chatter would bury the errors.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+
+from pipelines import cli
+from rlds_reverb.learners import curves
+from rlds_reverb.learners import loop
+
+_PROG = 'plot'
+
+_RUN_DIRS = flags.DEFINE_list(
+    'run_dirs', None, 'Comma-separated run directories of pipelines.train '
+    '(each with an eval.jsonl). Required.')
+_LABELS = flags.DEFINE_list(
+    'labels', None, 'Legend names, one per run dir (default: the dir names).')
+_OUT = flags.DEFINE_string('out', None, 'PNG file to write. Required.')
+_X = flags.DEFINE_enum(
+    'x', 'env_steps', ['env_steps', 'train_step'], 'Horizontal axis: env '
+    'steps (online runs) or gradient steps (offline runs).')
+_Y = flags.DEFINE_string(
+    'y', 'average_return', 'Eval record field on the vertical axis '
+    '(average_return, normalized_score...).')
+_TITLE = flags.DEFINE_string('title', '', 'Figure title.')
+_HLINE = flags.DEFINE_float(
+    'hline', None, 'Draw a dashed reference line at this y (e.g. a target).')
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    cli.fail(_PROG, ValueError(f'unexpected arguments: {" ".join(argv[1:])}'),
+             code=2)
+  if not _RUN_DIRS.value or not _OUT.value:
+    cli.fail(_PROG, ValueError('--run_dirs and --out are required'), code=2)
+  labels = _LABELS.value or [os.path.basename(d.rstrip('/'))
+                             for d in _RUN_DIRS.value]
+  if len(labels) != len(_RUN_DIRS.value):
+    cli.fail(_PROG, ValueError(
+        f'--labels has {len(labels)} names for {len(_RUN_DIRS.value)} '
+        '--run_dirs'), code=2)
+  runs = {}
+  for label, run_dir in zip(labels, _RUN_DIRS.value):
+    records = loop.Learner.read_eval_log(run_dir)
+    if not records:
+      cli.fail(_PROG, ValueError(f'{run_dir} has no {loop.EVAL_LOG} (not a '
+                                 'pipelines.train run dir, or no eval yet)'))
+    if not any(r.get(_Y.value) is not None for r in records):
+      cli.fail(_PROG, ValueError(f'{run_dir}: no eval record has a '
+                                 f'{_Y.value!r} value'))
+    runs[label] = records
+  hlines = {f'{_HLINE.value:g}': _HLINE.value} if _HLINE.value is not None \
+      else None
+  path = curves.plot_curves(runs, _OUT.value, x=_X.value, y=_Y.value,
+                            title=_TITLE.value,
+                            x_label=_X.value.replace('_', ' '),
+                            y_label=_Y.value.replace('_', ' '), hlines=hlines)
+  print(f'{_PROG}: wrote {path} ({len(runs)} runs)', flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.flags_parser(_PROG))
