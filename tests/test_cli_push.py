@@ -99,7 +99,8 @@ class _Background:
     """Ctrl-C; returns the exit code once the rest of stdout is read."""
     if self.proc.poll() is None:
       self.proc.send_signal(signal.SIGINT)
-    code = self.proc.wait(timeout=60)
+    # Generous: on a loaded 2-core machine a checkpoint and exit can be slow.
+    code = self.proc.wait(timeout=TIMEOUT_S)
     while (line := self._queue.get(timeout=10)) is not None:
       self.lines.append(line)
     return code

@@ -37,9 +37,18 @@ DISCRETE_AGENTS = ('dqn',)
 HEAD = {'sac': 'tanh_normal', 'cql_sac': 'tanh_normal', 'td3': 'deterministic',
         'td3_bc': 'deterministic', 'bc': 'deterministic', 'dqn': 'q_argmax'}
 
-# LossInfo.extra of the critic learners: their own losses, plus the TD errors.
-CriticLossInfo = collections.namedtuple('CriticLossInfo',
-                                        ('losses', 'td_error'))
+# LossInfo.extra types of the critic learners: their own fields plus
+# td_error, so `extra.critic_loss` still reads as in TF-Agents.
+_WITH_TD_ERROR: dict[type, type] = {}
+
+
+def _with_td_error(extra: Any, td_error: tf.Tensor) -> Any:
+  """`extra` (a TF-Agents loss namedtuple) with a `td_error` field added."""
+  base = type(extra)
+  if base not in _WITH_TD_ERROR:
+    _WITH_TD_ERROR[base] = collections.namedtuple(
+        base.__name__, base._fields + ('td_error',))
+  return _WITH_TD_ERROR[base](*extra, td_error=td_error)
 
 
 @dataclasses.dataclass
@@ -109,14 +118,14 @@ class TdErrorRecorder:
 
 
 class ReportsTdErrors:
-  """Mixin: the train step's `LossInfo.extra` becomes a CriticLossInfo."""
+  """Mixin: the train step's `LossInfo.extra` gains a `td_error` field."""
 
   def _train(self, experience, weights=None):
     recorder = self._td_errors_loss_fn
     recorder.clear()
     loss_info = super()._train(experience, weights)
-    return loss_info._replace(extra=CriticLossInfo(
-        losses=loss_info.extra, td_error=recorder.take()))
+    return loss_info._replace(
+        extra=_with_td_error(loss_info.extra, recorder.take()))
 
 
 class SacAgent(ReportsTdErrors, sac_agent.SacAgent):
