@@ -106,7 +106,10 @@ def wait_until_interrupted(
     del signum, frame
     raise KeyboardInterrupt
 
-  previous = signal.signal(signal.SIGTERM, _interrupt)
+  # SIGINT too: a process started in the background by a script inherits
+  # SIGINT ignored, and Python then never raises KeyboardInterrupt for it.
+  previous = {sig: signal.signal(sig, _interrupt)
+              for sig in (signal.SIGINT, signal.SIGTERM)}
   try:
     if on_ready is not None:
       on_ready()
@@ -115,4 +118,5 @@ def wait_until_interrupted(
   except KeyboardInterrupt:
     pass
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)

@@ -193,7 +193,9 @@ class PrioritizedTrainStep:
   """One learner step with PER: weights in, priorities and max priority out.
 
   Called with a batch `(experience, SampleInfo)` from `dataset`, inside the
-  learner's `tf.function`; returns the total loss.
+  learner's `tf.function`; returns the total loss. Writes beta, the maximum
+  and mean priority and the mean weight as TensorBoard scalars (`per/...`)
+  when a summary writer is active.
   """
 
   def __init__(self, agent: Any, updater: PriorityUpdater, config: PerConfig,
@@ -212,6 +214,14 @@ class PrioritizedTrainStep:
                                            config.priority_cap)
     self.updater.update(info.key, priorities)
     self.max_priority.observe(priorities)
+    step = self.agent.train_step_counter
+    tf.summary.scalar('per/beta', beta_now, step=step)
+    tf.summary.scalar('per/max_priority', self.max_priority.variable,
+                      step=step)
+    tf.summary.scalar('per/mean_priority', tf.reduce_mean(priorities),
+                      step=step)
+    tf.summary.scalar('per/mean_importance_weight', tf.reduce_mean(weights),
+                      step=step)
     return loss_info.loss
 
 

@@ -146,6 +146,13 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
   evals = [json.loads(line) for line in open(os.path.join(root,
                                                           'eval.jsonl'))]
   assert [e['env_steps'] for e in evals] == [512, 1024, 1536]
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  board = os.path.join(root, 'tensorboard')
+  tags = {value.tag for name in os.listdir(board)
+          for event in tf.compat.v1.train.summary_iterator(
+              os.path.join(board, name))
+          for value in event.summary.value}
+  assert {'per/beta', 'per/max_priority', 'eval/average_return'} <= tags
 
 
 @pytest.mark.parametrize('args, message', [
