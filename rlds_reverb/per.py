@@ -215,13 +215,14 @@ class PrioritizedTrainStep:
     self.updater.update(info.key, priorities)
     self.max_priority.observe(priorities)
     step = self.agent.train_step_counter
-    tf.summary.scalar('per/beta', beta_now, step=step)
-    tf.summary.scalar('per/max_priority', self.max_priority.variable,
-                      step=step)
-    tf.summary.scalar('per/mean_priority', tf.reduce_mean(priorities),
-                      step=step)
-    tf.summary.scalar('per/mean_importance_weight', tf.reduce_mean(weights),
-                      step=step)
+    with tf.name_scope('per/'):  # Absolute: not under the learner's loop.
+      tf.summary.scalar('beta', beta_now, step=step)
+      tf.summary.scalar('max_priority', self.max_priority.variable,
+                        step=step)
+      tf.summary.scalar('mean_priority', tf.reduce_mean(priorities),
+                        step=step)
+      tf.summary.scalar('mean_importance_weight', tf.reduce_mean(weights),
+                        step=step)
     return loss_info.loss
 
 
