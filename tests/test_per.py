@@ -19,6 +19,7 @@ from rlds_reverb.learners import dqn
 from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import online
+from test_learners import _fixed_batch  # pylint: disable=g-bad-import-order
 
 TABLE = 'per'
 # Chi-square quantile 1 - 1e-6 with 7 degrees of freedom (Wilson-Hilferty).
@@ -279,20 +280,6 @@ def test_importance_weights_reach_the_dqn_loss(cartpole, data_spec):
   assert float(agent.train(experience, weights=tf.ones(32)).loss) > 0.0
 
 
-def _halfcheetah_batch(batch_size=32):
-  rng = np.random.default_rng(0)
-  return trajectory.Trajectory(
-      step_type=tf.constant([[0, 1]] * batch_size, tf.int32),
-      observation=tf.constant(rng.normal(size=(batch_size, 2, 17)),
-                              tf.float32),
-      action=tf.constant(rng.uniform(-0.9, 0.9, (batch_size, 2, 6)),
-                         tf.float32),
-      policy_info=(),
-      next_step_type=tf.constant([[1, 1]] * batch_size, tf.int32),
-      reward=tf.constant(rng.normal(size=(batch_size, 2)), tf.float32),
-      discount=tf.ones((batch_size, 2), tf.float32))
-
-
 @pytest.mark.parametrize('kind', ['sac', 'td3', 'td3_bc', 'cql_sac'])
 def test_critic_learners_report_td_errors_and_take_weights(kind):
   specs = envs.env_specs('HalfCheetah-v5')
@@ -300,7 +287,7 @@ def test_critic_learners_report_td_errors_and_take_weights(kind):
       kind, specs.time_step_spec, specs.action_spec,
       agents.AgentConfig(actor_layers=(32,), critic_layers=(32,),
                          cql_bc_steps=0))
-  batch = _halfcheetah_batch()
+  batch = _fixed_batch(32)
   info = agent.train(batch, weights=tf.ones(32))
   td_error = info.extra.td_error.numpy()
   assert td_error.shape == (32,)
@@ -317,7 +304,7 @@ def test_an_agent_without_td_errors_is_named():
   specs = envs.env_specs('HalfCheetah-v5')
   agent = agents.make_agent('bc', specs.time_step_spec, specs.action_spec,
                             agents.AgentConfig(actor_layers=(8,)))
-  info = agent.train(_halfcheetah_batch(8))
+  info = agent.train(_fixed_batch(8))
   with pytest.raises(ValueError, match='has no td_error'):
     per.td_errors(info)
 
@@ -394,7 +381,7 @@ def test_prioritized_offline_training_moves_the_priorities(tmp_path):
   from rlds_reverb import convert  # pylint: disable=g-import-not-at-top
   from rlds_reverb import push  # pylint: disable=g-import-not-at-top
   from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
-  from test_learners import _rlds  # pylint: disable=g-import-not-at-top
+  from test_learners import _rlds  # pylint: disable=g-import-not-at-top,g-bad-import-order
   rlds_data = _rlds([40, 30], dtype=np.float32)
   spec = convert.create_trajectory_data_spec(rlds_data)
   server = tables.start_server([per.make_table('rlds', spec, max_size=100)])

@@ -285,7 +285,7 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
 
 def actor_network(agent: Any) -> Any:
   """The network whose weights the numpy policy exports."""
-  for name in ('_actor_network', '_cloning_network', '_q_network'):
+  for name in ('_actor_network', '_cloning_network'):
     if hasattr(agent, name):
       return getattr(agent, name)
   raise ValueError(f'{type(agent).__name__} has no actor network')

@@ -100,8 +100,8 @@ def make_dqn_agent(time_step_spec: Any, action_spec: Any, config: Any,
 def q_layers(net: network.Network) -> tuple[list[np.ndarray],
                                             list[np.ndarray]]:
   """Kernels and biases of a Q-network as one MLP (dueling head merged)."""
+  hidden = numpy_policy.dense_layers(net._encoder)  # pylint: disable=protected-access
   if isinstance(net, DuelingQNetwork):
-    hidden = numpy_policy.dense_layers(net._encoder)  # pylint: disable=protected-access
     value, advantage = net._value_layer, net._advantage_layer  # pylint: disable=protected-access
     a_kernel, a_bias = advantage.kernel.numpy(), advantage.bias.numpy()
     # V + A - mean(A), written as one Dense layer on the last hidden layer.
@@ -109,7 +109,6 @@ def q_layers(net: network.Network) -> tuple[list[np.ndarray],
                    - a_kernel.mean(axis=1, keepdims=True))
     last_bias = value.bias.numpy() + a_bias - a_bias.mean()
   else:
-    hidden = numpy_policy.dense_layers(net._encoder)  # pylint: disable=protected-access
     last = net._q_value_layer  # pylint: disable=protected-access
     last_kernel, last_bias = last.kernel.numpy(), last.bias.numpy()
   kernels = [layer.kernel.numpy() for layer in hidden] + [last_kernel]
