@@ -19,6 +19,13 @@ Examples:
   python -m pipelines.train --agent dqn --env CartPole-v1 \
       --replay prioritized --double --dueling
 
+  # Goal env with hindsight relabelling (episode table, HER sampler).
+  python -m pipelines.train --agent td3 --env FetchReach-v4 --her future
+
+  # ... offline, from goal-conditioned RLDS data (pipelines.generate).
+  python -m pipelines.train --agent td3_bc --env FetchReach-v4 \
+      --dataset data/fetchreach_random --her future
+
 Everything of a run goes to --root_dir: checkpoints (agent and Reverb
 tables), TensorBoard summaries, eval.jsonl and learning_curve.png. Running
 the same command again resumes from there. The last stdout line is a JSON
@@ -38,8 +45,10 @@ from absl import flags
 
 from pipelines import cli
 from rlds_reverb import datasets
+from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb.learners import agents
+from rlds_reverb.learners import her_offline
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
 
@@ -173,6 +182,31 @@ _EPSILON_FINAL = flags.DEFINE_float(
 _EXPLORATION_FRACTION = flags.DEFINE_float(
     'exploration_fraction', 0.16, 'dqn: share of --steps over which epsilon '
     'falls to --epsilon_final.', lower_bound=0, upper_bound=1)
+_HER = flags.DEFINE_enum(
+    'her', None, list(her.STRATEGIES), 'Goal envs (dict observations, e.g. '
+    'FetchReach-v4): hindsight experience replay with this goal strategy. '
+    'future: an achieved goal from a later step of the same episode; final: '
+    'its last one; episode: any of its steps; random: any stored episode. '
+    'Episodes are stored whole; goals are relabelled when batches are '
+    'sampled. Defaults for online HER runs unless given: --steps 10000, '
+    '--initial_collect_steps 1000, --train_every 100, --eval_interval 500, '
+    '--eval_episodes 100, --replay_size 1000000.')
+_K = flags.DEFINE_float(
+    'k', 4.0, 'HER: relabelled goals per original one; a transition keeps '
+    'its own goal with probability 1/(k+1) (k=4: 80 percent relabelled).',
+    lower_bound=0)
+_HER_NORMALIZE = flags.DEFINE_bool(
+    'her_normalize', True, 'HER: normalise observations and goals with '
+    'running statistics, clipped to +-5 (as the HER paper does); '
+    '--noher_normalize feeds them raw.')
+_HER_EPISODES_PER_DRAW = flags.DEFINE_integer(
+    'her_episodes_per_draw', her.HerConfig.episodes_per_draw, 'HER: episodes '
+    'Reverb samples at a time; their transitions fill '
+    '--her_batches_per_draw batches.', lower_bound=1)
+_HER_BATCHES_PER_DRAW = flags.DEFINE_integer(
+    'her_batches_per_draw', her.HerConfig.batches_per_draw, 'HER: batches '
+    'relabelled, in one vectorised call, from one draw of episodes.',
+    lower_bound=1)
 _FINETUNE = flags.DEFINE_integer(
     'online_finetune_steps', 0, 'Offline agents: after the offline phase, '
     'this many env steps online; batches are half offline, half online.',
@@ -185,11 +219,29 @@ _DQN_DEFAULTS = {'steps': 50_000, 'batch_size': 64,
                  'utd': 0.5, 'eval_interval': 1000, 'replay_size': 100_000}
 
 
+# Online HER's defaults (goal envs like FetchReach: 50-step episodes).
+_HER_DEFAULTS = {'steps': 10_000, 'initial_collect_steps': 1000,
+                 'train_every': 100, 'eval_interval': 500,
+                 'eval_episodes': 100}
+
+
 def _value(flag: flags.FlagHolder) -> Any:
-  """The flag's value; for dqn, its dqn default unless it was given."""
-  if _AGENT.value == 'dqn' and not flags.FLAGS[flag.name].present:
+  """The flag's value; for dqn and online HER, their default unless given."""
+  if flags.FLAGS[flag.name].present:
+    return flag.value
+  if _AGENT.value == 'dqn':
     return _DQN_DEFAULTS.get(flag.name, flag.value)
+  if _HER.value and not (_DATASET.value or _REVERB_ADDRESS.value):
+    return _HER_DEFAULTS.get(flag.name, flag.value)
   return flag.value
+
+
+def _her_config() -> her.HerConfig | None:
+  if _HER.value is None:
+    return None
+  return her.HerConfig(strategy=_HER.value, k=_K.value,
+                       episodes_per_draw=_HER_EPISODES_PER_DRAW.value,
+                       batches_per_draw=_HER_BATCHES_PER_DRAW.value)
 
 
 def _per_config(default_beta_steps: int) -> per.PerConfig:
@@ -204,6 +256,7 @@ def _root_dir(source: str) -> str:
     return _ROOT_DIR.value
   slug = ''.join(c if c.isalnum() else '_' for c in source.lower()).strip('_')
   replay = '_per' if _REPLAY.value == 'prioritized' else ''
+  replay += f'_her_{_HER.value}' if _HER.value else ''
   return os.path.join('runs',
                       f'{_AGENT.value}{replay}_{slug}_seed{_SEED.value}')
 
@@ -224,7 +277,10 @@ def _usage_error(message: str) -> None:
 
 
 def _offline_config() -> offline.OfflineConfig:
-  if _AGENT.value not in agents.OFFLINE_AGENTS:
+  if _HER.value and _AGENT.value not in her_offline.HER_OFFLINE_AGENTS:
+    _usage_error(f'--agent {_AGENT.value} does not train offline with --her;'
+                 ' pick one of: ' + ', '.join(her_offline.HER_OFFLINE_AGENTS))
+  if not _HER.value and _AGENT.value not in agents.OFFLINE_AGENTS:
     _usage_error(f'--agent {_AGENT.value} trains online; drop --dataset / '
                  '--reverb_address, or pick one of: '
                  + ', '.join(agents.OFFLINE_AGENTS))
@@ -243,6 +299,7 @@ def _offline_config() -> offline.OfflineConfig:
       normalize_observations=normalize,
       online_finetune_steps=_FINETUNE.value, train_every=_TRAIN_EVERY.value,
       replay=_REPLAY.value, per_config=_per_config(train_steps),
+      her_config=_her_config(), her_normalize=_HER_NORMALIZE.value,
       seed=_SEED.value, agent_config=_agent_config())
 
 
@@ -263,13 +320,14 @@ def _online_config() -> online.OnlineConfig:
       env_steps=env_steps, initial_collect_steps=initial_collect_steps,
       batch_size=_value(_BATCH_SIZE), train_every=_value(_TRAIN_EVERY),
       utd=utd, eval_interval=_value(_EVAL_INTERVAL),
-      eval_episodes=_EVAL_EPISODES.value,
+      eval_episodes=_value(_EVAL_EPISODES),
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,
       snapshot_interval=_SNAPSHOT_INTERVAL.value,
       replay_size=_value(_REPLAY_SIZE), epsilon_final=_EPSILON_FINAL.value,
       exploration_fraction=_EXPLORATION_FRACTION.value, replay=_REPLAY.value,
       per_config=_per_config(
           int(max(env_steps - initial_collect_steps, 1) * utd)),
+      her_config=_her_config(), her_normalize=_HER_NORMALIZE.value,
       seed=_SEED.value, agent_config=_agent_config())
 
 

@@ -148,6 +148,7 @@ def push_rlds_to_table(
     stats: Optional[PushStats] = None,
     progress: Optional[Callable[[int], None]] = None,
     num_workers: int = 1,
+    priority_fn: Optional[Callable[[int], float]] = None,
 ) -> int:
   """Pushes RLDS data into a Reverb table, fast.
 
@@ -174,6 +175,10 @@ def push_rlds_to_table(
       other, since Reverb's C++ writer releases the GIL. With one, items come
       in exactly TF-Agents' order; with more, each segment's items still come
       in order, but segments of different episodes may interleave.
+    priority_fn: With `sequence_length=None` only: the priority of each
+      episode item from its number of trajectories, replacing `priority`
+      (`her.transition_priority` makes a prioritized table sample episodes
+      in proportion to their transitions).
 
   Returns:
     The number of trajectories (RLDS steps) pushed, as `push_rlds_to_reverb`.
@@ -189,6 +194,10 @@ def push_rlds_to_table(
       already written.
   """
   _validate_arguments(sequence_length, stride_length, priority, num_workers)
+  if priority_fn is not None and sequence_length is not None:
+    raise ValueError('priority_fn sets the priority of whole-episode items; '
+                     'it needs sequence_length=None, got '
+                     f'sequence_length={sequence_length}.')
   stats = stats if stats is not None else PushStats()
   episodes = convert.convert_rlds_to_episodes(
       rlds_data, policy_info_fn, zero_terminal_discount=zero_terminal_discount)
@@ -198,7 +207,8 @@ def push_rlds_to_table(
   tables.check_signature(client, table_name, per_step_spec)
 
   if sequence_length is None:
-    make_writer = lambda: writers.EpisodeWriter(client, table_name, priority)
+    make_writer = lambda: writers.EpisodeWriter(client, table_name, priority,
+                                                priority_fn)
   else:
     make_writer = lambda: writers.WindowWriter(
         client, table_name, sequence_length, stride_length, priority)

@@ -27,9 +27,11 @@ from typing import Any, Callable, Iterator, Protocol
 import gymnasium as gym
 import numpy as np
 import tqdm
+import tree
 
 from rlds_reverb import behaviour_policies
 from rlds_reverb import tfds_writer
+from rlds_reverb.learners import envs as learner_envs
 
 
 class Policy(Protocol):
@@ -65,8 +67,8 @@ def make_random_policy(action_space: gym.spaces.Box,
   log_prob = -float(np.sum(np.log(high - low)))
   rng = np.random.default_rng(seed)
 
-  def policy(observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = len(observations)
+  def policy(observations: Any) -> tuple[np.ndarray, np.ndarray]:
+    n = len(tree.flatten(observations)[0])  # goal envs: a dict of batches
     actions = rng.uniform(low, high, size=(n,) + low.shape)
     return (actions.astype(action_space.dtype),
             np.full((n,), log_prob, dtype=np.float64))
@@ -104,6 +106,7 @@ def make_vector_env(env_id: str, num_envs: int,
     ValueError: if `env_id` is not a registered gymnasium env or cannot be
       made.
   """
+  learner_envs.register_robotics_envs(env_id)
   try:
     gym.spec(env_id)
   except gym.error.Error as e:
@@ -132,19 +135,35 @@ def make_step_spec(envs: gym.vector.SyncVectorEnv,
                    env_id: str) -> tfds_writer.StepSpec:
   """Returns the on-disk step spec of `envs`, taken from its spaces.
 
+  A goal env's dict observation (Box `observation`, `achieved_goal`,
+  `desired_goal`) is stored as a dict feature of float32 vectors.
+
   Raises:
-    ValueError: if observations or actions are not Box spaces.
+    ValueError: if observations are neither a Box nor a goal dict of Boxes,
+      or actions are not a Box.
   """
   obs_space, act_space = envs.single_observation_space, envs.single_action_space
+  if isinstance(obs_space, gym.spaces.Dict):
+    boxes = all(isinstance(s, gym.spaces.Box) for s in obs_space.values())
+    if not boxes or set(obs_space.keys()) != set(learner_envs.GOAL_KEYS):
+      raise ValueError(
+          f'env {env_id!r}: a dict observation space must hold the Boxes '
+          f'{", ".join(learner_envs.GOAL_KEYS)} (a goal env), got {obs_space}')
+    observation_shape = {k: tuple(s.shape) for k, s in obs_space.items()}
+    observation_dtype = np.dtype(np.float32)
+  else:
+    observation_shape = tuple(getattr(obs_space, 'shape', None) or ())
+    observation_dtype = _stored_dtype(getattr(obs_space, 'dtype', np.float32))
   for what, space in (('observation', obs_space), ('action', act_space)):
-    if not isinstance(space, gym.spaces.Box):
+    if not isinstance(space, (gym.spaces.Box, gym.spaces.Dict)) or (
+        what == 'action' and not isinstance(space, gym.spaces.Box)):
       raise ValueError(
           f'env {env_id!r}: {what} space must be a Box, got {space}')
   data = _physics(envs.envs[0])
   return tfds_writer.StepSpec(
-      observation_shape=tuple(obs_space.shape),
+      observation_shape=observation_shape,
       action_shape=tuple(act_space.shape),
-      observation_dtype=_stored_dtype(obs_space.dtype),
+      observation_dtype=observation_dtype,
       action_dtype=_stored_dtype(act_space.dtype),
       qpos_shape=None if data is None else tuple(data.qpos.shape),
       qvel_shape=None if data is None else tuple(data.qvel.shape))
@@ -158,7 +177,7 @@ class _EpisodeBuffer:
     self._obs, self._qpos, self._qvel = [], [], []
     self._actions, self._rewards, self._log_probs = [], [], []
 
-  def observe(self, obs: np.ndarray, env: gym.Env) -> None:
+  def observe(self, obs: Any, env: gym.Env) -> None:
     """Adds o_t (and the physics state that produced it)."""
     self._obs.append(obs)
     data = _physics(env)
@@ -176,7 +195,9 @@ class _EpisodeBuffer:
     """Returns the episode; the last observation becomes the is_last step."""
     spec, n = self._spec, len(self._obs)
     steps = {
-        'observation': np.asarray(self._obs, dtype=spec.observation_dtype),
+        'observation': tree.map_structure(
+            lambda *steps: np.asarray(steps, dtype=spec.observation_dtype),
+            *self._obs),
         'action': np.concatenate([
             np.asarray(self._actions, dtype=spec.action_dtype).reshape(
                 (n - 1,) + spec.action_shape),
@@ -224,7 +245,7 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
   index = [-1] * num_envs
   started = 0
 
-  def start(i: int, first_obs: np.ndarray) -> None:
+  def start(i: int, first_obs: Any) -> None:
     nonlocal started
     if started < num_episodes:
       buffers[i], index[i] = _EpisodeBuffer(spec), started
@@ -233,8 +254,11 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
     else:
       buffers[i] = None
 
+  def row(observations: Any, i: int) -> Any:
+    return tree.map_structure(lambda x: x[i], observations)
+
   for i in range(num_envs):
-    start(i, obs[i])
+    start(i, row(obs, i))
   resetting = np.zeros(num_envs, dtype=bool)
   finished = 0
   while finished < num_episodes:
@@ -242,13 +266,13 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
     obs, rewards, terminated, truncated, _ = envs.step(actions)
     for i in range(num_envs):
       if resetting[i]:  # This step reset sub-env i; obs[i] starts an episode.
-        start(i, obs[i])
+        start(i, row(obs, i))
         continue
       buffer = buffers[i]
       if buffer is None:
         continue
       buffer.act(actions[i], float(rewards[i]), float(log_probs[i]))
-      buffer.observe(obs[i], envs.envs[i])
+      buffer.observe(row(obs, i), envs.envs[i])
       if progress is not None:
         progress.update(1)
       if terminated[i] or truncated[i]:

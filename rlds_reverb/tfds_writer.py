@@ -34,7 +34,8 @@ class StepSpec:
   """Shapes and dtypes of one RLDS step, as stored on disk.
 
   Attributes:
-    observation_shape: shape of `observation`.
+    observation_shape: shape of `observation`; for a goal env's dict
+      observation, the shape of each of its keys.
     action_shape: shape of `action`.
     observation_dtype: dtype of `observation` (float32 for float envs, as D4RL).
     action_dtype: dtype of `action`.
@@ -42,7 +43,7 @@ class StepSpec:
     qvel_shape: shape of `infos/qvel` (MuJoCo envs), or None to leave it out.
   """
 
-  observation_shape: tuple[int, ...]
+  observation_shape: tuple[int, ...] | dict[str, tuple[int, ...]]
   action_shape: tuple[int, ...]
   observation_dtype: np.dtype = np.dtype(np.float32)
   action_dtype: np.dtype = np.dtype(np.float32)
@@ -68,9 +69,15 @@ def make_features(spec: StepSpec) -> tfds.features.FeaturesDict:
     infos['qpos'] = tfds.features.Tensor(shape=spec.qpos_shape, dtype=np.float64)
   if spec.qvel_shape is not None:
     infos['qvel'] = tfds.features.Tensor(shape=spec.qvel_shape, dtype=np.float64)
+  if isinstance(spec.observation_shape, dict):
+    observation = tfds.features.FeaturesDict({
+        key: tfds.features.Tensor(shape=shape, dtype=spec.observation_dtype)
+        for key, shape in spec.observation_shape.items()})
+  else:
+    observation = tfds.features.Tensor(shape=spec.observation_shape,
+                                       dtype=spec.observation_dtype)
   steps = {
-      'observation': tfds.features.Tensor(
-          shape=spec.observation_shape, dtype=spec.observation_dtype),
+      'observation': observation,
       'action': tfds.features.Tensor(
           shape=spec.action_shape, dtype=spec.action_dtype),
       'reward': np.float32,

@@ -7,6 +7,8 @@ wrapper's bookkeeping costs more than the write). `ParallelWriter` runs
 several writers on threads: the C++ writer releases the GIL, so they overlap.
 """
 
+from __future__ import annotations
+
 import collections
 import queue
 import threading
@@ -98,10 +100,14 @@ class EpisodeWriter:
   segment length (the few most recent are kept open).
   """
 
-  def __init__(self, client: reverb.Client, table_name: str, priority: float):
+  def __init__(self, client: reverb.Client, table_name: str, priority: float,
+               priority_fn: Callable[[int], float] | None = None):
+    """`priority_fn(steps)`, if given, sets each item's priority from its
+    length instead (HER: transitions per episode, for uniform transitions)."""
     self._client = client
     self._table = table_name
     self._priority = float(priority)
+    self._priority_fn = priority_fn
     self._writers: collections.OrderedDict = collections.OrderedDict()
     self._pending: List[List[np.ndarray]] = []  # Segment cut by an episode.
     self.items = 0
@@ -128,7 +134,9 @@ class EpisodeWriter:
                  [np.concatenate(cols) for cols in zip(*parts)])
       writer = self._writer_for(len(segment[0]))
       refs = writer.Append(segment)
-      writer.CreateItem(self._table, self._priority, [[r] for r in refs],
+      priority = (self._priority if self._priority_fn is None else
+                  float(self._priority_fn(len(segment[0]))))
+      writer.CreateItem(self._table, priority, [[r] for r in refs],
                         [True] * len(refs))
       self.items += 1
       if self.items % _MAX_PENDING_ITEMS == 0:

@@ -16,13 +16,14 @@ import numpy as np
 import reverb
 import rlds
 import tensorflow as tf
+import tree
 
 from rlds_reverb import push
 from rlds_reverb.learners import envs
 
-# (observations [n, ...], rng) -> (actions [n, ...], log-probs [n])
-ActFn = Callable[[np.ndarray, np.random.Generator],
-                 tuple[np.ndarray, np.ndarray]]
+# (observations [n, ...] (a dict of them for goal envs), rng)
+#   -> (actions [n, ...], log-probs [n])
+ActFn = Callable[[Any, np.random.Generator], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclasses.dataclass
@@ -32,19 +33,28 @@ class CollectStats:
   episodes: int = 0
   items_written: int = 0
   last_returns: list[float] = dataclasses.field(default_factory=list)
+  # Goal envs: info['is_success'] at the end of the last finished episodes.
+  last_successes: list[float] = dataclasses.field(default_factory=list)
+
+
+def _row(observations: Any, i: int) -> Any:
+  """Env i's observation (each field of a dict observation)."""
+  return tree.map_structure(lambda x: x[i], observations)
 
 
 class _Episode:
 
-  def __init__(self, first_obs: np.ndarray):
+  def __init__(self, first_obs: Any):
     self.observations = [first_obs]
     self.actions, self.rewards = [], []
 
   def to_rlds(self, terminated: bool, action_shape: tuple[int, ...],
-              action_dtype: np.dtype) -> dict[str, np.ndarray]:
+              action_dtype: np.dtype) -> dict[str, Any]:
     n = len(self.observations)
     return {
-        'observation': np.asarray(self.observations, np.float32),
+        'observation': tree.map_structure(
+            lambda *steps: np.asarray(steps, np.float32),
+            *self.observations),
         'action': np.concatenate([
             np.asarray(self.actions, action_dtype).reshape((n - 1,) +
                                                            action_shape),
@@ -63,14 +73,21 @@ class Collector:
   Episodes still running when `collect` returns carry over to the next call;
   only finished episodes are written (a partial episode is not valid RLDS).
   Items go in at `priority()` (prioritized replay: the largest priority so
-  far, `per.MaxPriority`); 1.0 by default.
+  far, `per.MaxPriority`); 1.0 by default. Goal envs (`her`) write whole
+  episodes (`sequence_length=None`) at `priority_fn(steps)`, and hand each
+  batch of finished episodes to `on_episodes` (normaliser statistics).
   """
 
   def __init__(self, env_id: str, client: reverb.Client, table: str, *,
                num_envs: int = 1, seed: int = 0,
-               priority: Callable[[], float] = lambda: 1.0):
+               priority: Callable[[], float] = lambda: 1.0,
+               sequence_length: int | None = 2,
+               priority_fn: Callable[[int], float] | None = None,
+               on_episodes: Callable[[list[dict]], None] | None = None):
     self._client, self._table = client, table
     self._priority = priority
+    self._sequence_length, self._priority_fn = sequence_length, priority_fn
+    self._on_episodes = on_episodes
     self._envs = gym.vector.SyncVectorEnv(
         [lambda: envs.make_env(env_id)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
@@ -80,7 +97,7 @@ class Collector:
                                gym.spaces.Discrete) else np.float32)
     self._rng = np.random.default_rng(seed)
     self._obs, _ = self._envs.reset(seed=seed)
-    self._episodes = [_Episode(o) for o in self._obs]
+    self._episodes = [_Episode(_row(self._obs, i)) for i in range(num_envs)]
     self._resetting = np.zeros(num_envs, dtype=bool)
     self._returns = np.zeros(num_envs)
     self.stats = CollectStats()
@@ -91,21 +108,22 @@ class Collector:
 
   def collect(self, num_steps: int, act: ActFn) -> list[float]:
     """Takes `num_steps` env steps in all; returns the finished returns."""
-    finished: list[dict[str, np.ndarray]] = []
+    finished: list[dict[str, Any]] = []
     returns: list[float] = []
+    successes: list[float] = []
     taken = 0
     while taken < num_steps:
       actions, _ = act(self._obs, self._rng)
-      obs, rewards, terminated, truncated, _ = self._envs.step(actions)
-      for i in range(len(obs)):
+      obs, rewards, terminated, truncated, infos = self._envs.step(actions)
+      for i in range(len(rewards)):
         if self._resetting[i]:  # obs[i] starts a new episode.
-          self._episodes[i] = _Episode(obs[i])
+          self._episodes[i] = _Episode(_row(obs, i))
           self._returns[i] = 0.0
           continue
         episode = self._episodes[i]
         episode.actions.append(actions[i])
         episode.rewards.append(float(rewards[i]))
-        episode.observations.append(obs[i])
+        episode.observations.append(_row(obs, i))
         self._returns[i] += rewards[i]
         taken += 1
         if terminated[i] or truncated[i]:
@@ -113,16 +131,21 @@ class Collector:
                                           self._action_shape,
                                           self._action_dtype))
           returns.append(float(self._returns[i]))
+          if 'is_success' in infos:
+            successes.append(float(infos['is_success'][i]))
       self._resetting = terminated | truncated
       self._obs = obs
     self.stats.env_steps += taken
     if finished:
       self._write(finished)
+      if self._on_episodes is not None:
+        self._on_episodes(finished)
       self.stats.episodes += len(finished)
       self.stats.last_returns = returns
+      self.stats.last_successes = successes
     return returns
 
-  def _write(self, episodes: list[dict[str, np.ndarray]]) -> None:
+  def _write(self, episodes: list[dict[str, Any]]) -> None:
     rlds_data = None
     for steps in episodes:
       one = tf.data.Dataset.from_tensors(
@@ -130,7 +153,9 @@ class Collector:
       rlds_data = one if rlds_data is None else rlds_data.concatenate(one)
     stats = push.PushStats()
     push.push_rlds_to_table(rlds_data, self._client, self._table,
+                            sequence_length=self._sequence_length,
                             priority=self._priority(),
+                            priority_fn=self._priority_fn,
                             zero_terminal_discount=True, stats=stats)
     self.stats.items_written += stats.items
 
@@ -140,8 +165,8 @@ class Collector:
 
 def random_act(action_low: np.ndarray, action_high: np.ndarray) -> ActFn:
   """Uniform actions: the initial collection (integers for Discrete)."""
-  def act(observations: np.ndarray, rng: np.random.Generator):
-    n = len(observations)
+  def act(observations: Any, rng: np.random.Generator):
+    n = len(tree.flatten(observations)[0])
     if np.issubdtype(np.asarray(action_low).dtype, np.integer):
       count = int(action_high) - int(action_low) + 1
       return (rng.integers(action_low, action_high + 1, n).astype(np.int64),

@@ -9,6 +9,7 @@ compute, and int64 actions for Discrete spaces (DQN).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -34,32 +35,79 @@ class EnvSpecs:
   action_high: np.ndarray
   time_step_spec: ts.TimeStep
   action_spec: tensor_spec.BoundedTensorSpec
+  # Goal envs (dict observations): (observation size, goal size); the
+  # agent's observation is their concatenation (`her`).
+  goal_sizes: tuple[int, int] | None = None
+  max_episode_steps: int | None = None
 
   @property
   def discrete(self) -> bool:
     return not self.action_spec.dtype.is_floating
 
+  @property
+  def goal_conditioned(self) -> bool:
+    return self.goal_sizes is not None
+
+
+def register_robotics_envs(env_id: str) -> None:
+  """Registers Gymnasium-Robotics (Fetch...) on first use of one of its ids."""
+  if env_id in gym.registry:
+    return
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore')  # its import warns about Adroit envs
+      import gymnasium_robotics  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return
+  gym.register_envs(gymnasium_robotics)
+
 
 def make_env(env_id: str, **kwargs) -> gym.Env:
   """gym.make with a one-line error for unknown or broken env ids."""
+  register_robotics_envs(env_id)
   try:
     return gym.make(env_id, **kwargs)
   except gym.error.Error as e:
     raise ValueError(f'cannot make env {env_id!r}: {e}') from None
 
 
+GOAL_KEYS = ('observation', 'achieved_goal', 'desired_goal')
+
+
+def _goal_sizes(obs_space: gym.spaces.Dict, env_id: str) -> tuple[int, int]:
+  missing = [k for k in GOAL_KEYS if k not in obs_space.spaces]
+  shapes = {k: obs_space[k].shape for k in GOAL_KEYS if k not in missing}
+  if missing or any(len(shape) != 1 for shape in shapes.values()):
+    raise ValueError(
+        f'env {env_id!r}: a dict observation space must hold the vectors '
+        f'{", ".join(GOAL_KEYS)} (a goal env), got {obs_space}')
+  if shapes['achieved_goal'] != shapes['desired_goal']:
+    raise ValueError(f'env {env_id!r}: achieved_goal and desired_goal differ '
+                     f'in shape: {obs_space}')
+  return shapes['observation'][0], shapes['desired_goal'][0]
+
+
 def env_specs(env_id: str) -> EnvSpecs:
   """Reads an env's spaces into TF-Agents specs.
 
+  A goal env (dict observation with observation / achieved_goal /
+  desired_goal) gets the agent's view: one vector, observation + goal.
+
   Raises:
-    ValueError: unknown env, an observation space that is not a Box, or an
-      action space that is neither a bounded Box nor Discrete.
+    ValueError: unknown env, an observation space that is neither a Box nor
+      a goal dict, or an action space that is neither a bounded Box nor
+      Discrete.
   """
   env = make_env(env_id)
   try:
     obs_space, act_space = env.observation_space, env.action_space
+    max_episode_steps = env.spec.max_episode_steps if env.spec else None
   finally:
     env.close()
+  goal_sizes = None
+  if isinstance(obs_space, gym.spaces.Dict):
+    goal_sizes = _goal_sizes(obs_space, env_id)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (sum(goal_sizes),))
   if not isinstance(obs_space, gym.spaces.Box):
     raise ValueError(f'env {env_id!r}: observation space must be a Box, got '
                      f'{obs_space}')
@@ -72,7 +120,8 @@ def env_specs(env_id: str) -> EnvSpecs:
         action_high=np.asarray(high, np.int64),
         time_step_spec=ts.time_step_spec(obs_spec),
         action_spec=tensor_spec.BoundedTensorSpec(
-            (), tf.int64, minimum=low, maximum=high, name='action'))
+            (), tf.int64, minimum=low, maximum=high, name='action'),
+        goal_sizes=goal_sizes, max_episode_steps=max_episode_steps)
   if not (isinstance(act_space, gym.spaces.Box) and
           np.all(np.isfinite(act_space.low)) and
           np.all(np.isfinite(act_space.high))):
@@ -85,7 +134,8 @@ def env_specs(env_id: str) -> EnvSpecs:
                   action_low=act_space.low.astype(np.float32),
                   action_high=act_space.high.astype(np.float32),
                   time_step_spec=ts.time_step_spec(obs_spec),
-                  action_spec=action_spec)
+                  action_spec=action_spec, goal_sizes=goal_sizes,
+                  max_episode_steps=max_episode_steps)
 
 
 def reference_returns(env_id: str) -> tuple[float, float] | None:

@@ -7,14 +7,15 @@ limit, average undiscounted return and D4RL's normalised score.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
 from rlds_reverb.learners import envs
 
-ActFn = Callable[[np.ndarray], np.ndarray]  # batch of obs -> batch of actions
+# batch of obs (a dict of batches for goal envs) -> batch of actions
+ActFn = Callable[[Any], np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,12 +26,18 @@ class EvalResult:
   average_return: float
   std_return: float
   normalized_score: float | None  # None for envs D4RL has no reference for
+  # Share of episodes whose last step reported info['is_success'] (goal
+  # envs, as OpenAI baselines' HER counts it); None where the env has none.
+  success_rate: float | None = None
 
   def to_dict(self) -> dict:
-    return {'average_return': self.average_return,
-            'std_return': self.std_return,
-            'normalized_score': self.normalized_score,
-            'episodes': len(self.returns)}
+    record = {'average_return': self.average_return,
+              'std_return': self.std_return,
+              'normalized_score': self.normalized_score,
+              'episodes': len(self.returns)}
+    if self.success_rate is not None:
+      record['success_rate'] = self.success_rate
+    return record
 
 
 def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
@@ -53,14 +60,21 @@ def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
     returns = np.zeros(num_episodes)
     lengths = np.zeros(num_episodes, dtype=int)
     running = np.ones(num_episodes, dtype=bool)
+    success = np.zeros(num_episodes)
+    has_success = False
     while running.any():
-      obs, rewards, terminated, truncated, _ = vector.step(act(obs))
+      obs, rewards, terminated, truncated, infos = vector.step(act(obs))
       returns += np.where(running, rewards, 0.0)
       lengths += running
+      if 'is_success' in infos:
+        has_success = True
+        success = np.where(running, infos['is_success'], success)
       running &= ~(terminated | truncated)
   finally:
     vector.close()
   average = float(np.mean(returns))
   return EvalResult(returns=returns.tolist(), lengths=lengths.tolist(),
                     average_return=average, std_return=float(np.std(returns)),
-                    normalized_score=envs.normalized_score(env_id, average))
+                    normalized_score=envs.normalized_score(env_id, average),
+                    success_rate=(float(np.mean(success)) if has_success
+                                  else None))

@@ -110,7 +110,8 @@ class Learner:
     with open(path) as f:
       return [json.loads(line) for line in f if line.strip()]
 
-  def log_eval(self, record: dict, *, x: str, title: str) -> dict:
+  def log_eval(self, record: dict, *, x: str, title: str,
+               y: str = 'average_return') -> dict:
     """Appends an eval record, writes it to TensorBoard, redraws the PNG."""
     record = {'train_step': self.train_step,
               'env_steps': int(self.env_steps.numpy()),
@@ -122,7 +123,8 @@ class Learner:
                         if isinstance(v, (int, float)) and k != 'time'},
                        step=record[x], prefix='eval')
     curves.plot_curves({title: self.eval_records()},
-                       os.path.join(self.root_dir, CURVE_PNG), x=x,
+                       os.path.join(self.root_dir, CURVE_PNG), x=x, y=y,
                        title=title, x_label=x.replace('_', ' '),
-                       y_label='average return (greedy, eval episodes)')
+                       y_label=y.replace('_', ' ') +
+                       ' (greedy, eval episodes)')
     return record

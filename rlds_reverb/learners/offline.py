@@ -22,6 +22,7 @@ import tqdm
 
 from rlds_reverb import convert
 from rlds_reverb import datasets
+from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb import sampling
 from rlds_reverb import tables
@@ -29,6 +30,7 @@ from rlds_reverb.learners import agents
 from rlds_reverb.learners import collect
 from rlds_reverb.learners import envs
 from rlds_reverb.learners import evaluation
+from rlds_reverb.learners import her_offline
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import numpy_policy
 from rlds_reverb.learners import offline_data
@@ -63,6 +65,9 @@ class OfflineConfig:
   replay: str = 'uniform'  # or 'prioritized' (the offline table)
   # None: per.PerConfig defaults, beta annealed over all train_steps.
   per_config: per.PerConfig | None = None
+  # Goal-conditioned data: hindsight relabelling (`her_offline`).
+  her_config: her.HerConfig | None = None
+  her_normalize: bool = True
   seed: int = 0
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
@@ -198,6 +203,10 @@ def _observation_stats(config: OfflineConfig, data: offline_data.TableData
 def train_offline(config: OfflineConfig, *, show_progress: bool = True
                   ) -> dict:
   """Runs the offline phase (and fine-tuning); returns the final summary."""
+  if config.her_config is not None:
+    return her_offline.train_her_offline(
+        config, None if config.reverb_address else load_dataset(config),
+        show_progress=show_progress)
   _check(config)
   tf.random.set_seed(config.seed)
   specs = envs.env_specs(config.env)

@@ -27,6 +27,7 @@ from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
+from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb import sampling
 from rlds_reverb import tables
@@ -65,6 +66,10 @@ class OnlineConfig:
   replay: str = 'uniform'  # or 'prioritized'
   # None: per.PerConfig defaults, beta annealed over all gradient steps.
   per_config: per.PerConfig | None = None
+  # Goal envs: hindsight relabelling of an episode table (None: off).
+  her_config: her.HerConfig | None = None
+  # Running obs/goal normalisation (the HER paper's); used with her only.
+  her_normalize: bool = True
   seed: int = 0
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
@@ -72,6 +77,8 @@ class OnlineConfig:
 
 def trajectory_spec(specs: envs.EnvSpecs) -> trajectory.Trajectory:
   """The per-step spec of what the collector writes (float32 RLDS steps)."""
+  if specs.goal_conditioned:
+    return her.goal_data_spec(*specs.goal_sizes, specs.action_spec)
   obs = tf.TensorSpec(specs.observation_shape, tf.float32)
   step_spec = ts.time_step_spec(obs, tf.TensorSpec((), tf.float32))
   action = policy_step.PolicyStep(
@@ -96,6 +103,20 @@ def _check(config: OnlineConfig) -> None:
       0 <= config.exploration_fraction <= 1):
     raise ValueError('epsilon_final and exploration_fraction must be in '
                      '[0, 1]')
+  if config.her_config is not None and config.replay != 'uniform':
+    raise ValueError('HER samples its own episode table; replay must be '
+                     f'uniform with her, got {config.replay!r}')
+
+
+def check_her_fits_env(config: OnlineConfig, specs: envs.EnvSpecs) -> None:
+  """HER needs a goal env, and a goal env needs HER's episode table."""
+  if config.her_config is not None and not specs.goal_conditioned:
+    raise ValueError(f'HER needs a goal env (dict observation with '
+                     f'{", ".join(envs.GOAL_KEYS)}); {specs.env_id} has a '
+                     'flat observation')
+  if config.her_config is None and specs.goal_conditioned:
+    raise ValueError(f'env {specs.env_id} is a goal env (dict observations): '
+                     'train it with her (--her future)')
 
 
 def check_agent_fits_env(kind: str, specs: envs.EnvSpecs) -> None:
@@ -137,8 +158,21 @@ def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
 
 
 def explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
-                specs: envs.EnvSpecs, env_steps: int) -> collect.ActFn:
-  """How the actor picks actions after `env_steps` steps."""
+                specs: envs.EnvSpecs, env_steps: int,
+                flatten: Callable[[Any], np.ndarray] | None = None
+                ) -> collect.ActFn:
+  """How the actor picks actions after `env_steps` steps.
+
+  `flatten` turns a goal env's observation dicts into the agent's vectors.
+  """
+  act = _explore_act(policy, config, specs, env_steps)
+  if flatten is None:
+    return act
+  return lambda obs, rng: act(flatten(obs), rng)
+
+
+def _explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
+                 specs: envs.EnvSpecs, env_steps: int) -> collect.ActFn:
   if env_steps < config.initial_collect_steps:
     return collect.random_act(specs.action_low, specs.action_high)
   if specs.discrete:
@@ -159,11 +193,16 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
   tf.random.set_seed(config.seed)
   specs = envs.env_specs(config.env)
   check_agent_fits_env(config.agent, specs)
+  check_her_fits_env(config, specs)
+  goal = specs.goal_conditioned
   prioritized = config.replay == 'prioritized'
   per_config = per_config_for(config)
   data_spec = trajectory_spec(specs)
   os.makedirs(config.root_dir, exist_ok=True)
-  if prioritized:
+  if goal:
+    table = her.make_table(ONLINE_TABLE, data_spec,
+                           max_episodes=episode_capacity(config, specs))
+  elif prioritized:
     table = per.make_table(ONLINE_TABLE, data_spec,
                            max_size=config.replay_size, alpha=per_config.alpha,
                            min_size_to_sample=config.batch_size)
@@ -175,6 +214,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
       [table], checkpoint_dir=os.path.join(config.root_dir, REVERB_CHECKPOINTS))
   address = f'localhost:{server.port}'
   collector = None
+  reward_env = envs.make_env(config.env) if goal else None
   try:
     client = server.localhost_client()
     agent = agents.make_agent(config.agent, specs.time_step_spec,
@@ -185,19 +225,28 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
       train_step_fn = per.PrioritizedTrainStep(
           agent, per.PriorityUpdater(address, ONLINE_TABLE), per_config,
           max_priority)
+    normalizer = (her.GoalNormalizer(*specs.goal_sizes)
+                  if goal and config.her_normalize else None)
+    extra_state = {'normalizer': normalizer} if normalizer is not None else {}
     learner = loop.Learner(agent, config.root_dir,
                            train_step_fn=train_step_fn,
-                           max_priority=max_priority.variable)
+                           max_priority=max_priority.variable, **extra_state)
     resumed = learner.restore()
     start = int(learner.env_steps.numpy())
+    flatten = her.ObservationFlattener(normalizer) if goal else None
     collector = collector_for(
         config, client, start,
-        priority=max_priority if prioritized else (lambda: 1.0))
+        priority=max_priority if prioritized else (lambda: 1.0),
+        goal=goal, normalizer=normalizer)
     policy = export_policy(agent, config.agent, specs)
+    greedy = (policy.greedy if flatten is None else
+              lambda obs: policy.greedy(flatten(obs)))
     iterator = None
     record = {}
-    title = (f'{config.agent} online, {config.replay} replay, {config.env}, '
-             f'seed {config.seed}')
+    replay = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'
+              if goal else f'{config.replay} replay')
+    title = f'{config.agent} online, {replay}, {config.env}, seed {config.seed}'
+    metric = 'success_rate' if goal else 'average_return'
     with tqdm.tqdm(total=config.env_steps, initial=start, unit='env step',
                    desc=f'{config.agent} {config.env}', smoothing=0.05,
                    disable=not show_progress) as bar:
@@ -206,31 +255,38 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
                   'gradient steps')
       while int(learner.env_steps.numpy()) < config.env_steps:
         steps_before = int(learner.env_steps.numpy())
-        act = explore_act(policy, config, specs, steps_before)
+        act = explore_act(policy, config, specs, steps_before, flatten)
         returns = collector.collect(config.train_every, act)
         learner.env_steps.assign_add(config.train_every)
         env_steps = int(learner.env_steps.numpy())
         if env_steps >= config.initial_collect_steps:
           if iterator is None:
-            iterator = iter(sampling.transition_dataset(
-                address, ONLINE_TABLE, data_spec, config.batch_size,
-                with_info=prioritized))
+            iterator = iter(_dataset(config, address, data_spec, reward_env,
+                                     normalizer))
           learner.train(iterator, int(config.train_every * config.utd))
           sync_policy(policy, agent, config.agent)
+          if flatten is not None:
+            flatten.refresh()
         if returns:
-          learner.write_scalars({'return': float(np.mean(returns))},
-                                env_steps, 'collect')
+          successes = collector.stats.last_successes
+          learner.write_scalars(
+              {'return': float(np.mean(returns)),
+               'success_rate': (float(np.mean(successes)) if successes
+                                else None)}, env_steps, 'collect')
           bar.set_postfix(ret=f'{np.mean(returns):.0f}',
                           grad_steps=learner.train_step)
         bar.update(env_steps - steps_before)
         if crossed(steps_before, env_steps, config.eval_interval):
-          result = evaluation.evaluate(policy.greedy, config.env,
+          result = evaluation.evaluate(greedy, config.env,
                                        config.eval_episodes,
                                        seed=10_000 + config.seed)
           record = learner.log_eval(result.to_dict(), x='env_steps',
-                                    title=title)
+                                    title=title, y=metric)
+          success = ('' if result.success_rate is None else
+                     f', success rate {result.success_rate:.2f}')
           bar.write(f'eval at {env_steps} env steps: return '
-                    f'{result.average_return:.1f} +- {result.std_return:.1f}')
+                    f'{result.average_return:.1f} +- {result.std_return:.1f}'
+                    f'{success}')
           if on_eval is not None:
             on_eval(record)
         if config.snapshot_interval and crossed(
@@ -252,18 +308,49 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
   finally:
     if collector is not None:
       collector.close()
+    if reward_env is not None:
+      reward_env.close()
     server.stop()
+
+
+def _dataset(config: OnlineConfig, address: str, data_spec: Any,
+             reward_env: Any, normalizer: her.GoalNormalizer | None
+             ) -> tf.data.Dataset:
+  """The learner's batches: relabelled (goal envs) or plain transitions."""
+  if reward_env is not None:
+    return her.dataset(address, ONLINE_TABLE, data_spec, config.batch_size,
+                       her.reward_fn_for(reward_env),
+                       config=config.her_config,
+                       terminated_fn=her.terminated_fn_for(reward_env),
+                       normalizer=normalizer)
+  return sampling.transition_dataset(
+      address, ONLINE_TABLE, data_spec, config.batch_size,
+      with_info=config.replay == 'prioritized')
+
+
+def episode_capacity(config: OnlineConfig, specs: envs.EnvSpecs) -> int:
+  """Episodes an episode table keeps for `replay_size` transitions."""
+  return max(1, config.replay_size // (specs.max_episode_steps or 1000))
 
 
 def collector_for(config: OnlineConfig, client: reverb.Client,
                   env_steps: int, *,
-                  priority: Callable[[], float] = lambda: 1.0
+                  priority: Callable[[], float] = lambda: 1.0,
+                  goal: bool = False,
+                  normalizer: her.GoalNormalizer | None = None
                   ) -> collect.Collector:
   # A resumed run reseeds from its step count: it does not replay the
   # episodes it already collected.
-  return collect.Collector(config.env, client, ONLINE_TABLE,
-                           seed=config.seed * 1_000_003 + env_steps,
-                           priority=priority)
+  seed = config.seed * 1_000_003 + env_steps
+  if not goal:
+    return collect.Collector(config.env, client, ONLINE_TABLE, seed=seed,
+                             priority=priority)
+  return collect.Collector(
+      config.env, client, ONLINE_TABLE, seed=seed, sequence_length=None,
+      priority_fn=her.transition_priority,
+      on_episodes=(None if normalizer is None else
+                   lambda episodes: her.update_normalizer(normalizer,
+                                                          episodes)))
 
 
 def crossed(before: int, after: int, interval: int) -> bool:
