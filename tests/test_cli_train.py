@@ -217,3 +217,63 @@ def test_plot_draws_several_runs_on_one_png(tmp_path):
   assert missing.returncode == 1
   assert f'plot: error: {tmp_path / "nope"} has no eval.jsonl' in (
       missing.stderr)
+
+
+def test_her_online_fetchreach_run_resume_and_success_rate(tmp_path):
+  root = str(tmp_path / 'her')
+  common = ['--agent', 'td3', '--env', 'FetchReach-v4', '--her', 'future',
+            '--root_dir', root, '--initial_collect_steps', '100',
+            '--train_every', '100', '--eval_interval', '200',
+            '--eval_episodes', '2', '--checkpoint_interval', '100']
+  first = _summary(_train(*common, '--steps', '200'))
+  assert first['env_steps'] == 200 and first['train_step'] == 200
+  assert first['episodes'] == 2 and 0.0 <= first['success_rate'] <= 1.0
+  second = _summary(_train(*common, '--steps', '400'))
+  assert second['env_steps'] == 400 and second['train_step'] == 400
+  with open(os.path.join(root, 'eval.jsonl')) as f:
+    records = [json.loads(line) for line in f]
+  assert [r['env_steps'] for r in records] == [200, 400]
+  assert all('success_rate' in r for r in records)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  board = os.path.join(root, 'tensorboard')
+  tags = {value.tag for name in os.listdir(board)
+          for event in tf.compat.v1.train.summary_iterator(
+              os.path.join(board, name))
+          for value in event.summary.value}
+  assert {'eval/success_rate', 'collect/success_rate'} <= tags
+  assert os.path.exists(os.path.join(root, 'learning_curve.png'))
+
+
+def test_her_offline_from_generated_goal_data(tmp_path):
+  data = str(tmp_path / 'reach')
+  recording.generate_dataset('FetchReach-v4', 'random', 6, data, seed=0,
+                             max_episode_steps=20, show_progress=False)
+  summary = _summary(_train(
+      '--agent', 'td3_bc', '--env', 'FetchReach-v4', '--dataset', data,
+      '--her', 'final', '--k', '1', '--steps', '100', '--eval_interval',
+      '100', '--eval_episodes', '2', '--batch_size', '32',
+      '--root_dir', str(tmp_path / 'run')))
+  assert summary['episodes'] == 6 and summary['train_steps'] == 100
+  assert summary['her'] == 'final' and summary['k'] == 1.0
+  assert 0.0 <= summary['success_rate'] <= 1.0
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--agent', 'td3', '--her', 'future', '--steps', '10'],
+     'HER needs a goal env'),
+    (['--agent', 'td3', '--env', 'FetchReach-v4', '--steps', '10'],
+     'train it with her (--her future)'),
+    (['--agent', 'bc', '--dataset', 'x', '--her', 'future'],
+     '--agent bc does not train offline with --her'),
+    (['--agent', 'td3', '--her', 'nearest'], 'flag --her=nearest'),
+])
+def test_her_bad_input_gives_one_error_line(args, message, tmp_path):
+  line = _error_line(_train(*args, '--root_dir', str(tmp_path / 'r')))
+  assert message in line, line
+
+
+def test_her_offline_refuses_flat_data(dataset, tmp_path):
+  line = _error_line(_train('--agent', 'td3', '--env', 'FetchReach-v4',
+                            '--dataset', dataset, '--her', 'future',
+                            '--root_dir', str(tmp_path / 'r')))
+  assert 'needs goal-conditioned data with dict observations' in line, line

@@ -12,11 +12,13 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from rlds_reverb import datasets
 from rlds_reverb import recording
 from rlds_reverb import tfds_writer
+from rlds_reverb.learners import envs as learner_envs
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SEED = 7
@@ -314,3 +316,33 @@ def test_cli_errors_are_one_line(tmp_path):
     assert _CLI_ERRORS[name][1] in errors[0], (name, errors)
     assert not (tmp_path / name / '.complete').exists(), name
   assert (tmp_path / 'out_not_empty' / 'x').read_text() == 'x'
+
+
+def test_goal_env_records_dict_observations_that_fit_its_rewards(tmp_path):
+  """FetchReach: the observation dict is stored per key, float32, and each
+  recorded reward is the env's compute_reward of the achieved goal after
+  the step and the episode's desired goal (so nothing is shifted)."""
+  summary = recording.generate_dataset('FetchReach-v4', 'random', 3,
+                                       str(tmp_path), seed=0, num_envs=2,
+                                       max_episode_steps=10,
+                                       show_progress=False)
+  assert summary.num_episodes == 3 and summary.num_env_steps == 30
+  steps_spec = datasets.load(str(tmp_path)).element_spec['steps'].element_spec
+  assert {k: (v.shape, v.dtype) for k, v in
+          steps_spec['observation'].items()} == {
+              'observation': ((10,), tf.float32),
+              'achieved_goal': ((3,), tf.float32),
+              'desired_goal': ((3,), tf.float32)}
+  env = learner_envs.make_env('FetchReach-v4')
+  for episode in datasets.load(str(tmp_path)):
+    steps = list(episode['steps'].as_numpy_iterator())
+    achieved = np.stack([s['observation']['achieved_goal'] for s in steps])
+    desired = np.stack([s['observation']['desired_goal'] for s in steps])
+    rewards = np.array([s['reward'] for s in steps])
+    assert len(steps) == 11
+    np.testing.assert_array_equal(desired, np.broadcast_to(desired[0],
+                                                           desired.shape))
+    np.testing.assert_array_equal(
+        rewards[:-1], env.unwrapped.compute_reward(achieved[1:], desired[1:],
+                                                   {}))
+  env.close()

@@ -17,6 +17,8 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from rlds_reverb import her
+
 # D4RL's reference returns (d4rl/infos.py): a random and an expert policy.
 D4RL_REFERENCE = {
     'halfcheetah': (-280.178953, 12135.0),
@@ -71,7 +73,7 @@ def make_env(env_id: str, **kwargs) -> gym.Env:
     raise ValueError(f'cannot make env {env_id!r}: {e}') from None
 
 
-GOAL_KEYS = ('observation', 'achieved_goal', 'desired_goal')
+GOAL_KEYS = her.GOAL_KEYS
 
 
 def _goal_sizes(obs_space: gym.spaces.Dict, env_id: str) -> tuple[int, int]:
