@@ -26,9 +26,10 @@ Reverb's cost is per sampled item, about 150 us for a 50-step Fetch episode
 here (every column's chunk is unpacked), so each draw of `episodes_per_draw`
 episodes is relabelled once, vectorised, into `batches_per_draw` batches: row
 i of the draw's transitions comes from episode i mod E, so a batch of 256
-from a draw of 64 episodes holds 4 transitions of each. SB3 draws an episode
-per transition; 64 x 4 keeps a batch as varied while Reverb fetches 16x
-fewer items (see bench/her.py for the trade).
+from a draw of 64 episodes holds 4 transitions of each, and the default 8
+batches per draw take 32 transitions of each episode over 8 consecutive
+batches. SB3 draws an episode per transition; here Reverb fetches 32x fewer
+items for 64 different episodes per batch (see bench/her.py for the trade).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class HerConfig:
   # sampled episode gives batches_per_draw * batch_size / episodes_per_draw
   # transitions, spread over the draw's batches.
   episodes_per_draw: int = 64
-  batches_per_draw: int = 4
+  batches_per_draw: int = 8
 
   def __post_init__(self):
     if self.strategy not in STRATEGIES:
@@ -300,12 +301,16 @@ class GoalNormalizer(tf.Module):
     return tf.concat([self._apply(observation, obs_mean, obs_std),
                       self._apply(goal, goal_mean, goal_std)], axis=-1)
 
+  def statistics(self) -> tuple[np.ndarray, ...]:
+    """(observation mean, std, goal mean, std) of now, as numpy."""
+    return tuple(t.numpy() for t in (
+        *self._moments(self.observation_sum, self.observation_sumsq,
+                       self.count),
+        *self._moments(self.goal_sum, self.goal_sumsq, self.goal_count)))
+
   def numpy_fn(self) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The same map in numpy, with the statistics of now (for the actor)."""
-    (obs_mean, obs_std), (goal_mean, goal_std) = [
-        tuple(t.numpy() for t in self._moments(*v)) for v in (
-            (self.observation_sum, self.observation_sumsq, self.count),
-            (self.goal_sum, self.goal_sumsq, self.goal_count))]
+    obs_mean, obs_std, goal_mean, goal_std = self.statistics()
     c, r = self.clip_observation, self.clip_range
 
     def normalize(observation, goal):
@@ -314,6 +319,24 @@ class GoalNormalizer(tf.Module):
           np.clip((np.clip(goal, -c, c) - goal_mean) / goal_std, -r, r)],
                             axis=-1).astype(np.float32)
     return normalize
+
+
+def with_normalizer(policy: Any, normalizer: GoalNormalizer | None) -> Any:
+  """A saved policy that takes concat(observation, desired_goal) raw.
+
+  The normaliser's statistics of now become the policy's obs_mean/obs_std
+  and its clip range obs_clip (the +-200 input clip is left out: Fetch
+  observations never come near it).
+  """
+  if normalizer is None:
+    return policy
+  obs_mean, obs_std, goal_mean, goal_std = normalizer.statistics()
+  policy.obs_mean = np.concatenate([obs_mean, goal_mean])
+  policy.obs_std = np.concatenate([obs_std, goal_std])
+  policy.obs_clip = normalizer.clip_range
+  policy.metadata = {**policy.metadata,
+                     'observation': 'concat(observation, desired_goal)'}
+  return policy
 
 
 class ObservationFlattener:

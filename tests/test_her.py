@@ -21,6 +21,7 @@ from rlds_reverb.learners import agents
 from rlds_reverb.learners import collect
 from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
+from rlds_reverb.learners import numpy_policy
 from rlds_reverb.learners import online
 
 BATCH = 256
@@ -397,3 +398,28 @@ def test_fetchreach_rewards_are_the_envs_and_critic_loss_falls(tmp_path):
     collector.close()
     env.close()
     server.stop()
+
+
+def test_a_saved_her_policy_takes_raw_observations(tmp_path):
+  """policy.npz carries the normaliser: loaded, it acts on concat(obs, goal)
+  exactly as the actor acted on the normalised view."""
+  specs = envs.env_specs('FetchReach-v4')
+  agent = agents.make_agent('td3', specs.time_step_spec, specs.action_spec,
+                            agents.AgentConfig(seed=0))
+  rng = np.random.default_rng(0)
+  normalizer = her.GoalNormalizer(10, 3)
+  normalizer.update(rng.normal(1.0, 0.3, (500, 10)),
+                    rng.normal(0.5, 0.1, (500, 3)))
+  obs = {'observation': rng.normal(1.0, 0.3, (64, 10)),
+         'achieved_goal': rng.normal(0.5, 0.1, (64, 3)),
+         'desired_goal': rng.normal(0.5, 0.1, (64, 3))}
+  obs['observation'][0, 0] = 50.0  # beyond the +-5 clip once normalised
+  actor = online.export_policy(agent, 'td3', specs)
+  expected = actor.greedy(her.ObservationFlattener(normalizer)(obs))
+  path = str(tmp_path / 'policy.npz')
+  her.with_normalizer(online.export_policy(agent, 'td3', specs),
+                      normalizer).save(path)
+  loaded = numpy_policy.load(path)
+  raw = np.concatenate([obs['observation'], obs['desired_goal']], -1)
+  np.testing.assert_allclose(loaded.greedy(raw), expected, atol=1e-5)
+  assert loaded.metadata['observation'] == 'concat(observation, desired_goal)'

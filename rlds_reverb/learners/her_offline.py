@@ -191,7 +191,10 @@ def train_her_offline(config: Any, rlds_data: tf.data.Dataset, *,
     if record is None:
       records = learner.eval_records()
       record = records[-1] if records else {}
-    policy.save(os.path.join(config.root_dir, 'policy_offline.npz'))
+    her.with_normalizer(online.export_policy(
+        agent, config.agent, specs, dataset=config.dataset, seed=config.seed,
+        train_step=learner.train_step), normalizer).save(
+            os.path.join(config.root_dir, 'policy_offline.npz'))
     return {'agent': config.agent, 'dataset': config.dataset,
             'env': config.env, 'seed': config.seed,
             'her': config.her_config.strategy, 'k': config.her_config.k,

@@ -42,6 +42,8 @@ class NumpyPolicy:
     biases: bias vectors, one per kernel.
     action_low, action_high: the action bounds the head scales to.
     obs_mean, obs_std: normalisation applied to observations, or None.
+    obs_clip: normalised observations are clipped to +-obs_clip (HER's
+      running normalisation), or None.
     metadata: JSON-able facts about where the weights came from.
   """
 
@@ -53,6 +55,7 @@ class NumpyPolicy:
   obs_mean: np.ndarray | None = None
   obs_std: np.ndarray | None = None
   metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+  obs_clip: float | None = None
 
   def __post_init__(self):
     if self.head not in HEADS:
@@ -78,6 +81,8 @@ class NumpyPolicy:
                        f'{self.observation_size}, got shape {x.shape}')
     if self.obs_mean is not None:
       x = (x - self.obs_mean) / self.obs_std
+    if self.obs_clip is not None:
+      x = np.clip(x, -self.obs_clip, self.obs_clip)
     for kernel, bias in zip(self.kernels[:-1], self.biases[:-1]):
       x = np.maximum(x @ kernel + bias, 0.0)
     return x @ self.kernels[-1] + self.biases[-1]
@@ -153,6 +158,8 @@ class NumpyPolicy:
     if self.obs_mean is not None:
       arrays['obs_mean'] = self.obs_mean
       arrays['obs_std'] = self.obs_std
+    if self.obs_clip is not None:
+      arrays['obs_clip'] = np.asarray(self.obs_clip)
     tmp = f'{path}.tmp.npz'
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
@@ -177,6 +184,8 @@ def load(path: str) -> NumpyPolicy:
           action_low=data['action_low'], action_high=data['action_high'],
           obs_mean=data['obs_mean'] if 'obs_mean' in data.files else None,
           obs_std=data['obs_std'] if 'obs_std' in data.files else None,
+          obs_clip=(float(data['obs_clip']) if 'obs_clip' in data.files
+                    else None),
           metadata=json.loads(str(data['metadata'])))
     except KeyError as e:
       raise ValueError(f'{path} is not a policy file: missing {e}') from None

@@ -291,19 +291,21 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
             on_eval(record)
         if config.snapshot_interval and crossed(
             steps_before, env_steps, config.snapshot_interval):
-          snapshot = export_policy(
+          snapshot = her.with_normalizer(export_policy(
               agent, config.agent, specs, env_steps=env_steps,
               train_step=learner.train_step, seed=config.seed,
-              eval=record if record.get('env_steps') == env_steps else None)
+              eval=record if record.get('env_steps') == env_steps else None),
+                                         normalizer)
           snapshot.save(os.path.join(config.root_dir, POLICY_SNAPSHOTS,
                                      f'step_{env_steps:08d}.npz'))
         if (crossed(steps_before, env_steps, config.checkpoint_interval)
             or env_steps >= config.env_steps):
           learner.save()
           tables.checkpoint(client)
-    export_policy(agent, config.agent, specs, env_steps=config.env_steps,
-                  seed=config.seed).save(
-                      os.path.join(config.root_dir, 'policy.npz'))
+    her.with_normalizer(export_policy(
+        agent, config.agent, specs, env_steps=config.env_steps,
+        seed=config.seed), normalizer).save(
+            os.path.join(config.root_dir, 'policy.npz'))
     return record
   finally:
     if collector is not None:
