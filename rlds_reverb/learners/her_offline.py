@@ -11,7 +11,6 @@ learn from: HER is what turns it into a curriculum of reached goals.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import rlds
@@ -154,26 +153,17 @@ def train_her_offline(config: Any, rlds_data: tf.data.Dataset, *,
     title = (f'{config.agent} offline, HER {config.her_config.strategy} '
              f'k={config.her_config.k:g}, {config.dataset}, seed '
              f'{config.seed}')
-    record, seconds, timed = None, 0.0, 0
-    start = learner.train_step
+    record = None
+    phases = loop.TrainPhases(learner, batches, config.train_steps,
+                              (config.eval_interval,
+                               config.checkpoint_interval))
     with tqdm.tqdm(total=config.train_steps, initial=min(
-        start, config.train_steps), unit='grad step',
+        learner.train_step, config.train_steps), unit='grad step',
                    desc=f'{config.agent} offline HER',
                    disable=not show_progress) as bar:
-      while learner.train_step < config.train_steps:
-        before = learner.train_step
-        todo = min(config.eval_interval - before % config.eval_interval,
-                   config.checkpoint_interval -
-                   before % config.checkpoint_interval,
-                   config.train_steps - before)
-        t0 = time.perf_counter()
-        loss = learner.train(batches, todo)
-        if before > start:  # the first call traces the graph
-          seconds += time.perf_counter() - t0
-          timed += todo
+      for after, loss, todo in phases:
         bar.update(todo)
         bar.set_postfix(loss=f'{loss:.3g}')
-        after = learner.train_step
         if after % config.eval_interval == 0 or after == config.train_steps:
           online.sync_policy(policy, agent, config.agent)
           result = evaluation.evaluate(
@@ -201,7 +191,7 @@ def train_her_offline(config: Any, rlds_data: tf.data.Dataset, *,
             'episodes': int(episodes), 'train_steps': learner.train_step,
             'success_rate': record.get('success_rate'),
             'average_return': record.get('average_return'),
-            'grad_steps_per_s': round(timed / seconds, 1) if seconds else None}
+            'grad_steps_per_s': phases.steps_per_second}
   finally:
     reward_env.close()
     server.stop()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -261,27 +260,18 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
     else:
       offline_batches = offline_data.sample_batches(
           data, config.batch_size).map(normalize)
-    start, seconds, timed = learner.train_step, 0.0, 0
-    iterator = iter(offline_batches)
     record = None
+    phases = loop.TrainPhases(learner, iter(offline_batches),
+                              config.train_steps,
+                              (config.eval_interval,
+                               config.checkpoint_interval))
     with tqdm.tqdm(total=config.train_steps, initial=min(
-        start, config.train_steps), unit='grad step',
+        learner.train_step, config.train_steps), unit='grad step',
                    desc=f'{config.agent} offline',
                    disable=not show_progress) as bar:
-      while learner.train_step < config.train_steps:
-        before = learner.train_step
-        todo = min(config.eval_interval - before % config.eval_interval,
-                   config.checkpoint_interval -
-                   before % config.checkpoint_interval,
-                   config.train_steps - before)
-        t0 = time.perf_counter()
-        loss = learner.train(iterator, todo)
-        if before > start:  # The first call of a process traces the graph.
-          seconds += time.perf_counter() - t0
-          timed += todo
+      for after, loss, todo in phases:
         bar.update(todo)
         bar.set_postfix(loss=f'{loss:.3g}')
-        after = learner.train_step
         if after % config.eval_interval == 0 or after == config.train_steps:
           record = evaluate('offline')
           bar.write(f'eval at {after} gradient steps: return '
@@ -296,9 +286,10 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
         offline_return=record['average_return'],
         offline_normalized_score=record['normalized_score'],
         train_steps=learner.train_step,
-        grad_steps_per_s=round(timed / seconds, 1) if seconds else None,
-        sampled_transitions_per_s=(round(timed * config.batch_size / seconds)
-                                   if seconds else None))
+        grad_steps_per_s=phases.steps_per_second,
+        sampled_transitions_per_s=(
+            round(phases.steps_per_second * config.batch_size)
+            if phases.steps_per_second else None))
     policy.save(os.path.join(config.root_dir, 'policy_offline.npz'))
     if config.online_finetune_steps:
       summary.update(finetune(config, specs, learner, policy, data, normalize,
