@@ -27,8 +27,10 @@ from rlds_reverb import recording
 _PROG = 'generate'
 
 _ENV = flags.DEFINE_string(
-    'env', None, 'gymnasium env id with Box observation and action spaces, '
-    'e.g. HalfCheetah-v5.')
+    'env', None, 'gymnasium env id with a Box action space and a Box '
+    'observation space (e.g. HalfCheetah-v5) or a goal dict of Boxes '
+    '(observation, achieved_goal, desired_goal; e.g. FetchReach-v4, stored '
+    'as a dict observation feature).')
 _POLICY = flags.DEFINE_string(
     'policy', 'random',
     'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5: '
