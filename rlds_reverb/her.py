@@ -84,9 +84,6 @@ class HerConfig:
   def relabel_probability(self) -> float:
     return self.k / (self.k + 1.0)
 
-  def transitions_per_episode(self, batch_size: int) -> float:
-    return self.batches_per_draw * batch_size / self.episodes_per_draw
-
 
 class GoalTransitions(NamedTuple):
   """What a reward function is given: one batch, goals already relabelled.

@@ -375,6 +375,12 @@ def test_fetchreach_rewards_are_the_envs_and_critic_loss_falls(tmp_path):
                           her.reward_fn_for(env),
                           terminated_fn=her.terminated_fn_for(env),
                           with_info=True)
+    step_spec = her.learner_spec(data_spec)
+    for field, spec in zip(tf.nest.flatten(dataset.element_spec[0]),
+                           tf.nest.flatten(step_spec)):
+      assert field.shape.as_list() == [BATCH, 2] + spec.shape.as_list()
+      assert field.dtype == spec.dtype
+    assert step_spec.observation.shape == (13,)  # 10 + 3 goal
     for batch, info in dataset.take(3).as_numpy_iterator():
       expected = env.unwrapped.compute_reward(info['next_achieved_goal'],
                                               info['goal'], {})
