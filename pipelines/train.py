@@ -207,6 +207,14 @@ _HER_BATCHES_PER_DRAW = flags.DEFINE_integer(
     'her_batches_per_draw', her.HerConfig.batches_per_draw, 'HER: batches '
     'relabelled, in one vectorised call, from one draw of episodes.',
     lower_bound=1)
+_EXPLORATION_NOISE = flags.DEFINE_float(
+    'exploration_noise', 0.1, 'Online td3 (and fine-tuning): std of the '
+    'Gaussian noise added to the actor\'s actions, in action units.',
+    lower_bound=0)
+_RANDOM_ACTIONS = flags.DEFINE_float(
+    'random_action_probability', 0.0, 'Online sac/td3: share of actions '
+    'replaced by uniform random ones (OpenAI baselines\' HER uses 0.3 on '
+    'Fetch).', lower_bound=0, upper_bound=1)
 _FINETUNE = flags.DEFINE_integer(
     'online_finetune_steps', 0, 'Offline agents: after the offline phase, '
     'this many env steps online; batches are half offline, half online.',
@@ -300,6 +308,7 @@ def _offline_config() -> offline.OfflineConfig:
       online_finetune_steps=_FINETUNE.value, train_every=_TRAIN_EVERY.value,
       replay=_REPLAY.value, per_config=_per_config(train_steps),
       her_config=_her_config(), her_normalize=_HER_NORMALIZE.value,
+      exploration_noise=_EXPLORATION_NOISE.value,
       seed=_SEED.value, agent_config=_agent_config())
 
 
@@ -328,6 +337,8 @@ def _online_config() -> online.OnlineConfig:
       per_config=_per_config(
           int(max(env_steps - initial_collect_steps, 1) * utd)),
       her_config=_her_config(), her_normalize=_HER_NORMALIZE.value,
+      exploration_noise=_EXPLORATION_NOISE.value,
+      random_action_probability=_RANDOM_ACTIONS.value,
       seed=_SEED.value, agent_config=_agent_config())
 
 

@@ -182,6 +182,24 @@ def policy_act(policy: Any, noise_std: float = 0.1) -> ActFn:
   return lambda obs, rng: policy.sample(obs, rng, noise_std=noise_std)
 
 
+def with_random_actions(act: ActFn, probability: float,
+                        action_low: np.ndarray, action_high: np.ndarray
+                        ) -> ActFn:
+  """Replaces each action by a uniform one with `probability` (OpenAI
+  baselines' HER explores with 0.3: the gripper must find the block)."""
+  if probability <= 0:
+    return act
+  uniform = random_act(action_low, action_high)
+
+  def mixed(observations: Any, rng: np.random.Generator):
+    actions, log_probs = act(observations, rng)
+    random_actions, _ = uniform(observations, rng)
+    pick = rng.random(len(actions)) < probability
+    # The behaviour is now a mixture; its log-prob is not recorded exactly.
+    return np.where(pick[:, None], random_actions, actions), log_probs
+  return mixed
+
+
 def epsilon_greedy_act(policy: Any, epsilon: float) -> ActFn:
   """Explores with a 'q_argmax' `NumpyPolicy` (DQN)."""
   return lambda obs, rng: policy.epsilon_greedy(obs, rng, epsilon)

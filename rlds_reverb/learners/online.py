@@ -61,6 +61,8 @@ class OnlineConfig:
   snapshot_interval: int = 0  # save a numpy policy every N env steps; 0: off
   replay_size: int = 1_000_000
   exploration_noise: float = 0.1  # TD3-style agents only
+  # Continuous actions: share of actions replaced by uniform ones.
+  random_action_probability: float = 0.0
   epsilon_final: float = 0.04  # DQN only
   exploration_fraction: float = 0.16  # DQN: share of env_steps to decay over
   replay: str = 'uniform'  # or 'prioritized'
@@ -99,6 +101,9 @@ def _check(config: OnlineConfig) -> None:
   if config.replay not in per.REPLAYS:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')
+  if not 0 <= config.random_action_probability <= 1:
+    raise ValueError('random_action_probability must be in [0, 1], got '
+                     f'{config.random_action_probability}')
   if not 0 <= config.epsilon_final <= 1 or not (
       0 <= config.exploration_fraction <= 1):
     raise ValueError('epsilon_final and exploration_fraction must be in '
@@ -179,7 +184,9 @@ def _explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
     decay_steps = int(config.exploration_fraction * config.env_steps)
     return collect.epsilon_greedy_act(
         policy, dqn.epsilon(env_steps, decay_steps, config.epsilon_final))
-  return collect.policy_act(policy, config.exploration_noise)
+  return collect.with_random_actions(
+      collect.policy_act(policy, config.exploration_noise),
+      config.random_action_probability, specs.action_low, specs.action_high)
 
 
 def train_online(config: OnlineConfig, *, show_progress: bool = True,
