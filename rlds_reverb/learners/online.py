@@ -266,7 +266,9 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
         returns = collector.collect(config.train_every, act)
         learner.env_steps.assign_add(config.train_every)
         env_steps = int(learner.env_steps.numpy())
-        if env_steps >= config.initial_collect_steps:
+        # A goal env's table takes whole episodes: none may be finished yet.
+        if env_steps >= config.initial_collect_steps and (
+            not goal or collector.stats.episodes > 0):
           if iterator is None:
             iterator = iter(_dataset(config, address, data_spec, reward_env,
                                      normalizer))
