@@ -7,8 +7,8 @@ subtly wrong: episodes must be flattened into one stream of steps, steps must
 be paired into overlapping (current, next) windows so every transition knows
 its successor, the pair that straddles two episodes must still produce a valid
 ``LAST -> FIRST`` boundary trajectory, and the discount has to be zeroed at the
-right place so TD targets never bootstrap through a terminal state. The README
-explains this in prose; these four figures show it:
+right place so TD targets never bootstrap through a terminal state.
+``docs/contract.md`` explains this in prose; these four figures show it:
 
 * ``flatten_rlds.png``            episodes of nested steps -> one flat stream.
 * ``rlds_to_pairs.png``           flat stream + padding -> overlapping pairs.
