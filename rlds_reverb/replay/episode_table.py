@@ -1,0 +1,149 @@
+"""Whole-episode Reverb tables that a learner reads in bulk, each item once.
+
+Reverb has no call that lists a table's items, and its samplers draw with
+replacement, so "read everything once" needs a table whose sampler can be
+steered. An episode table samples with a min-heap on the item priority, and
+the priority records when the item was last read by a learner:
+
+  * writers insert at priority 0 (`UNREAD`), the lowest there is;
+  * a reader that takes an item sets its priority to the read time, so the
+    heap always hands out the least recently read item first;
+  * a full read (`read_all`) samples until it meets an item it already took
+    in this pass: every item read before this pass has an older time, so by
+    then every item has been read exactly once;
+  * an incremental read (`read_new`) takes items while the heap's top is
+    still unread, which is how a learner picks up what actors wrote since.
+
+The same table is the store of record (checkpoints, remote writers) and the
+learner's queue, and the episode keys stay the table's own, so per-step
+state such as PER priorities can be written back against them. One learner
+reads a table at a time: two would take turns with the same clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Iterator, List, Optional
+
+import numpy as np
+import reverb
+import tree
+from tf_agents.specs import tensor_spec
+
+from rlds_reverb import tables
+
+UNREAD = 0.0
+
+
+@dataclasses.dataclass
+class Episode:
+  """One episode item: its Reverb key and its per-step columns [L, ...]."""
+  key: int
+  data: Any  # nest of numpy arrays shaped like the table's per-step spec
+
+
+def make_table(name: str, data_spec: Any, *, max_episodes: int) -> reverb.Table:
+  """A table of whole episodes for in-memory learners, oldest evicted first.
+
+  Write into it with `push_rlds_to_table(..., sequence_length=None,
+  priority=UNREAD)` (or an actor that does the same); read it with
+  `EpisodeReader`.
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f'name must be a non-empty string, got {name!r}.')
+  if (isinstance(max_episodes, bool) or not isinstance(max_episodes, int)
+      or max_episodes < 1):
+    raise ValueError(f'max_episodes must be a positive integer, got '
+                     f'{max_episodes!r}.')
+  signature = tensor_spec.add_outer_dim(tensor_spec.from_spec(data_spec))
+  return reverb.Table(
+      name=name, sampler=reverb.selectors.MinHeap(),
+      remover=reverb.selectors.Fifo(), max_size=max_episodes,
+      rate_limiter=reverb.rate_limiters.MinSize(1), signature=signature)
+
+
+def is_episode_table(client: reverb.Client, table: str) -> bool:
+  """Whether `table` samples with a min-heap (made by `make_table`)."""
+  options = tables.get_table_info(client, table).sampler_options
+  return (options.WhichOneof('distribution') == 'heap' and
+          bool(options.heap.min_heap))
+
+
+def check_episode_table(client: reverb.Client, table: str) -> None:
+  """Raises ValueError unless the learner can read `table` in bulk."""
+  if not is_episode_table(client, table):
+    kind = tables.get_table_info(client, table).sampler_options.WhichOneof(
+        'distribution')
+    raise ValueError(
+        f'table {table!r} samples {kind}; the in-memory feed reads whole '
+        'episodes from a table made by replay.episode_table.make_table '
+        '(min-heap sampler, written with sequence_length=None; '
+        'pipelines.push --items episodes). Read this table with the '
+        'streaming feed instead (--feed stream).')
+
+
+class EpisodeReader:
+  """Takes episodes out of an episode table without removing them."""
+
+  def __init__(self, client: reverb.Client, table: str, *,
+               clock: Callable[[], float] = time.time):
+    check_episode_table(client, table)
+    self._client, self._table = client, table
+    self._clock, self._last = clock, 0.0
+    self._signature = tables.get_table_signature(client, table)
+    self.items_read = 0
+
+  def _now(self) -> float:
+    """Strictly increasing read times, above every earlier reader's."""
+    self._last = max(self._clock(), self._last + 1e-6)
+    return self._last
+
+  def _size(self) -> int:
+    return tables.get_table_info(self._client, self._table).current_size
+
+  def _take(self) -> Optional[tuple[reverb.SampleInfo, List[np.ndarray]]]:
+    """The heap's top item (the least recently read), or None if empty."""
+    if self._size() == 0:  # Sampling an empty table would block.
+      return None
+    sample = next(self._client.sample(self._table, 1, emit_timesteps=False))
+    sample = sample[0] if isinstance(sample, list) else sample
+    return sample.info, sample.data
+
+  def _episode(self, info: Any, columns: List[np.ndarray]) -> Episode:
+    data = tree.unflatten_as(self._signature,
+                             [np.asarray(c) for c in columns])
+    self._client.mutate_priorities(
+        self._table, updates={int(info.key): self._now()})
+    self.items_read += 1
+    return Episode(int(info.key), data)
+
+  def iter_all(self) -> Iterator[Episode]:
+    """Every episode in the table once, least recently read first."""
+    seen = set()
+    while True:
+      taken = self._take()
+      if taken is None:
+        return
+      info, columns = taken
+      key = int(np.asarray(info.key).reshape(()))
+      if key in seen:
+        return
+      seen.add(key)
+      yield self._episode(info, columns)
+
+  def read_all(self) -> List[Episode]:
+    return list(self.iter_all())
+
+  def read_new(self, max_episodes: Optional[int] = None) -> List[Episode]:
+    """Episodes no learner has read yet (written at priority `UNREAD`)."""
+    episodes = []
+    while max_episodes is None or len(episodes) < max_episodes:
+      taken = self._take()
+      if taken is None:
+        break
+      info, columns = taken
+      if float(np.asarray(info.priority).reshape(())) != UNREAD:
+        break
+      episodes.append(self._episode(info, columns))
+    return episodes
