@@ -149,6 +149,18 @@ _REPLAY = flags.DEFINE_enum(
     '2015: new items at the largest priority so far, priorities |TD error| '
     '+ --per_eps after each step, importance weights in the loss). Online '
     'runs and the offline phase (not bc).')
+_FEED = flags.DEFINE_enum(
+    'feed', 'memory', ['memory', 'stream'], 'How the learner gets its '
+    'batches. memory: the table holds whole episodes, which the learner '
+    'reads into its own memory (offline data once, online episodes as the '
+    'actors finish them) and samples in the same graph as its train step. '
+    'stream: every batch is sampled item by item from the Reverb table of '
+    '2-step items (a remote table too big for the learner\'s memory, or one '
+    'made by pipelines.push with its default items). Offline --her always '
+    'streams.')
+_N_STEP = flags.DEFINE_integer(
+    'n_step', 1, 'With --feed memory (not --her): n-step returns; they stop '
+    'at terminal steps and bootstrap at truncated endings. 1 is one-step TD.')
 _PER_ALPHA = flags.DEFINE_float(
     'per_alpha', per.DEFAULT_ALPHA, 'Prioritized replay: priority exponent '
     '(0 is uniform).', lower_bound=0)
@@ -307,6 +319,7 @@ def _offline_config() -> offline.OfflineConfig:
       normalize_observations=normalize,
       online_finetune_steps=_FINETUNE.value, train_every=_TRAIN_EVERY.value,
       replay=_REPLAY.value, per_config=_per_config(train_steps),
+      feed=_FEED.value, n_step=_N_STEP.value,
       her_config=_her_config(), her_normalize=_HER_NORMALIZE.value,
       exploration_noise=_EXPLORATION_NOISE.value,
       seed=_SEED.value, agent_config=_agent_config())
@@ -337,6 +350,7 @@ def _online_config() -> online.OnlineConfig:
       per_config=_per_config(
           int(max(env_steps - initial_collect_steps, 1) * utd)),
       her_config=_her_config(), her_normalize=_HER_NORMALIZE.value,
+      feed=_FEED.value, n_step=_N_STEP.value,
       exploration_noise=_EXPLORATION_NOISE.value,
       random_action_probability=_RANDOM_ACTIONS.value,
       seed=_SEED.value, agent_config=_agent_config())

@@ -396,6 +396,61 @@ def _call_reward(reward_fn: RewardFn, terminated_fn: TerminatedFn | None,
   return call
 
 
+def goal_batch(cur: Any, nxt: Any, goal: tf.Tensor, relabelled: tf.Tensor,
+               batch_size: int, reward_fn: RewardFn,
+               terminated_fn: TerminatedFn | None = None,
+               normalizer: GoalNormalizer | None = None) -> Any:
+  """The learner's batch of transitions cur -> nxt pursuing `goal`.
+
+  Shared by every sampler that picks its own rows and goals: rewards of the
+  whole batch come from one vectorised call, and replace the stored ones
+  (discounts too, with `terminated_fn`) only where `relabelled`.
+
+  Args:
+    cur, nxt: `Trajectory` steps [B, ...] (dict observation) of each
+      transition's start and end.
+    goal: [B, goal] float32, the goal each transition pursues.
+    relabelled: [B] bool, where `goal` is not the stored desired goal.
+    batch_size: B, as a Python int (the reward call checks it).
+    reward_fn, terminated_fn, normalizer: see `relabel`.
+
+  Returns:
+    A `Trajectory` of [B, 2, ...] fields, observation = concat(obs, goal)
+    (or the normaliser's), floats float32.
+  """
+  keys = sorted(cur.observation)
+  call = _call_reward(reward_fn, terminated_fn, keys, batch_size)
+  inputs = ([cur.observation[k] for k in keys] +
+            [nxt.observation[k] for k in keys] + [cur.action, goal])
+  new_reward, terminated = tf.numpy_function(
+      call, inputs, [tf.float32, tf.bool], stateful=False)
+  new_reward = tf.ensure_shape(new_reward, [batch_size])
+  terminated = tf.ensure_shape(terminated, [batch_size])
+  reward = tf.where(relabelled, new_reward, tf.cast(cur.reward, tf.float32))
+  discount = tf.cast(cur.discount, tf.float32)
+  if terminated_fn is not None:
+    discount = tf.where(relabelled, 1.0 - tf.cast(terminated, tf.float32),
+                        discount)
+
+  def flat(observation):
+    if normalizer is not None:
+      return normalizer(observation[OBSERVATION], goal)
+    return tf.concat([tf.cast(observation[OBSERVATION], tf.float32), goal],
+                     axis=-1)
+
+  def pair(a, b):
+    if a.dtype.is_floating:
+      a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
+    return tf.stack([a, b], axis=1)
+
+  cur = cur._replace(observation=flat(cur.observation), reward=reward,
+                     discount=discount)
+  nxt = nxt._replace(observation=flat(nxt.observation),
+                     reward=tf.cast(nxt.reward, tf.float32),
+                     discount=tf.cast(nxt.discount, tf.float32))
+  return tf.nest.map_structure(pair, cur, nxt)
+
+
 def relabel(episodes: Any, lengths: tf.Tensor, batch_size: int,
             config: HerConfig, reward_fn: RewardFn,
             terminated_fn: TerminatedFn | None = None,
@@ -453,37 +508,8 @@ def relabel(episodes: Any, lengths: tf.Tensor, batch_size: int,
                   cur.observation[DESIRED_GOAL])
   goal = tf.cast(goal, tf.float32)
 
-  keys = sorted(cur.observation)
-  call = _call_reward(reward_fn, terminated_fn, keys, batch_size)
-  inputs = ([cur.observation[k] for k in keys] +
-            [nxt.observation[k] for k in keys] + [cur.action, goal])
-  new_reward, terminated = tf.numpy_function(
-      call, inputs, [tf.float32, tf.bool], stateful=False)
-  new_reward = tf.ensure_shape(new_reward, [batch_size])
-  terminated = tf.ensure_shape(terminated, [batch_size])
-  reward = tf.where(relabelled, new_reward, tf.cast(cur.reward, tf.float32))
-  discount = tf.cast(cur.discount, tf.float32)
-  if terminated_fn is not None:
-    discount = tf.where(relabelled, 1.0 - tf.cast(terminated, tf.float32),
-                        discount)
-
-  def flat(observation):
-    if normalizer is not None:
-      return normalizer(observation[OBSERVATION], goal)
-    return tf.concat([tf.cast(observation[OBSERVATION], tf.float32), goal],
-                     axis=-1)
-
-  def pair(a, b):
-    if a.dtype.is_floating:
-      a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
-    return tf.stack([a, b], axis=1)
-
-  cur = cur._replace(observation=flat(cur.observation), reward=reward,
-                     discount=discount)
-  nxt = nxt._replace(observation=flat(nxt.observation),
-                     reward=tf.cast(nxt.reward, tf.float32),
-                     discount=tf.cast(nxt.discount, tf.float32))
-  batch = tf.nest.map_structure(pair, cur, nxt)
+  batch = goal_batch(cur, nxt, goal, relabelled, batch_size, reward_fn,
+                     terminated_fn, normalizer)
   if not with_info:
     return batch
   return batch, {'episode_row': rows, 'step': step, 'goal_row': goal_row,

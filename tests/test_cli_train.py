@@ -58,7 +58,10 @@ def test_offline_td3_bc_run_resume_and_files(dataset, tmp_path):
             '--eval_episodes', '1', '--batch_size', '32']
   first = _summary(_train(*common, '--steps', '200'))
   assert first['train_steps'] == 200
-  assert first['table_size'] == EPISODES * LIMIT  # The whole dataset.
+  # The whole dataset: one episode item each, every transition in memory.
+  assert first['feed'] == 'memory'
+  assert first['table_size'] == EPISODES
+  assert first['transitions'] == EPISODES * LIMIT
   low, high = -280.178953, 12135.0
   assert first['offline_normalized_score'] == pytest.approx(
       100 * (first['offline_return'] - low) / (high - low))

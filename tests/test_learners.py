@@ -346,7 +346,8 @@ def test_offline_training_reads_an_existing_float64_table(tmp_path):
     summary = offline.train_offline(offline.OfflineConfig(
         agent='bc', dataset=address, reverb_address=address, table='d4rl',
         root_dir=str(tmp_path / 'run'), train_steps=40, batch_size=16,
-        eval_interval=40, checkpoint_interval=40, eval_episodes=1),
+        eval_interval=40, checkpoint_interval=40, eval_episodes=1,
+        feed='stream'),
                                     show_progress=False)
     assert summary['table_size'] == 39 + 29
     assert summary['train_steps'] == 40

@@ -56,6 +56,12 @@ class Learner:
     self._summary_interval = summary_interval
     self._train_fn = None
 
+  def set_train_step(self, train_step_fn: Callable[[Any], tf.Tensor]
+                     ) -> None:
+    """Replaces the train step (before the first `train`)."""
+    self._train_step_fn = train_step_fn
+    self._train_fn = None
+
   @property
   def train_step(self) -> int:
     return int(self.agent.train_step_counter.numpy())
@@ -71,24 +77,31 @@ class Learner:
   def save(self) -> str:
     return self.manager.save(checkpoint_number=self.train_step)
 
-  def train(self, iterator: Iterator[Any], num_steps: int) -> float:
-    """Runs `num_steps` gradient steps; returns the last total loss."""
+  def train(self, source: Iterator[Any] | Callable[[], Any],
+            num_steps: int) -> float:
+    """Runs `num_steps` gradient steps; returns the last total loss.
+
+    `source` is an in-graph feed (`rlds_reverb.replay.feeds`: called for
+    each batch inside the same `tf.function` as the step) or an iterator
+    of batches (a streaming `tf.data` reader).
+    """
     if self._train_fn is None:
       agent, interval = self.agent, self._summary_interval
       train_step_fn = self._train_step_fn
 
       @tf.function
-      def train_steps(iterator, n):
+      def train_steps(source, n):
         loss = tf.constant(0.0)
         for _ in tf.range(n):
           with tf.summary.record_if(
               tf.equal(agent.train_step_counter % interval, 0)):
-            loss = train_step_fn(next(iterator))
+            batch = source() if callable(source) else next(source)
+            loss = train_step_fn(batch)
         return loss
 
       self._train_fn = train_steps
     with self.summary_writer.as_default():
-      return float(self._train_fn(iterator, tf.constant(num_steps)))
+      return float(self._train_fn(source, tf.constant(num_steps)))
 
   def write_scalars(self, values: dict[str, float], step: int,
                     prefix: str) -> None:

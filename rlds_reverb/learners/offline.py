@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -34,8 +36,13 @@ from rlds_reverb.learners import loop
 from rlds_reverb.learners import numpy_policy
 from rlds_reverb.learners import offline_data
 from rlds_reverb.learners import online
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import feeds
+from rlds_reverb.replay import follow
+from rlds_reverb.replay import memory as memory_lib
 
 OFFLINE_TABLE = 'rlds'
+FEEDS = ('memory', 'stream')
 NORMALIZATION_FILE = 'observation_stats.npz'
 
 
@@ -62,6 +69,11 @@ class OfflineConfig:
   train_every: int = 1000
   exploration_noise: float = 0.1
   replay: str = 'uniform'  # or 'prioritized' (the offline table)
+  # 'memory': the table holds whole episodes, read once into the learner's
+  # memory and sampled in-graph; 'stream': 2-step items sampled from Reverb
+  # for every batch (a remote table too big for the learner's memory).
+  feed: str = 'memory'
+  n_step: int = 1  # memory feed: n-step returns (1: one-step TD)
   # None: per.PerConfig defaults, beta annealed over all train_steps.
   per_config: per.PerConfig | None = None
   # Goal-conditioned data: hindsight relabelling (`her_offline`).
@@ -102,6 +114,12 @@ def _check(config: OfflineConfig) -> None:
                      'cql_sac with --online_finetune_steps')
   if config.online_finetune_steps and config.batch_size < 2:
     raise ValueError('symmetric sampling needs batch_size >= 2')
+  if config.feed not in FEEDS:
+    raise ValueError(f'feed must be one of {", ".join(FEEDS)}, got '
+                     f'{config.feed!r}')
+  if config.n_step < 1 or (config.n_step > 1 and config.feed != 'memory'):
+    raise ValueError(f'n_step must be >= 1 and needs the memory feed, got '
+                     f'n_step={config.n_step} with feed {config.feed!r}')
   if config.replay not in per.REPLAYS:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')
@@ -121,13 +139,23 @@ class _Tables:
                data_spec: Any):
     self.server = None
     table_list = []
-    if not config.reverb_address:
+    if not config.reverb_address and config.feed == 'memory':
+      table_list.append(episode_table.make_table(
+          config.table, data_spec,
+          max_episodes=offline_data.UNBOUNDED_TABLE_SIZE))
+      if config.prioritized:
+        table_list.append(feeds.make_priority_table(config.table))
+    elif not config.reverb_address:
       table_list.append(tables.make_table(
           config.table, data_spec,
           max_size=offline_data.UNBOUNDED_TABLE_SIZE,
           sampler='prioritized' if config.prioritized else 'uniform',
           alpha=config.per_settings.alpha, min_size_to_sample=1))
-    if config.online_finetune_steps:
+    if config.online_finetune_steps and config.feed == 'memory':
+      table_list.append(episode_table.make_table(
+          online.ONLINE_TABLE, online.trajectory_spec(specs),
+          max_episodes=max(config.online_finetune_steps, 1)))
+    elif config.online_finetune_steps:
       table_list.append(tables.make_table(
           online.ONLINE_TABLE, online.trajectory_spec(specs),
           max_size=max(config.online_finetune_steps, 1),
@@ -144,7 +172,8 @@ class _Tables:
     self.offline_client = (
         tables.connect(config.reverb_address) if config.reverb_address
         else self.server.localhost_client())
-    if config.prioritized and config.reverb_address:
+    if (config.prioritized and config.reverb_address
+        and config.feed == 'stream'):
       per.check_prioritized(self.offline_client, config.table)
 
   def checkpoint(self) -> None:
@@ -171,10 +200,47 @@ def load_offline_data(config: OfflineConfig, specs: envs.EnvSpecs,
                                   None)
   with tqdm.tqdm(desc=f'push {config.dataset}', unit='step',
                  disable=not show_progress) as bar:
-    data = offline_data.push_to_new_table(rlds_data, client, address,
-                                          config.table, progress=bar.update)
+    if config.feed == 'memory':
+      stats = offline_data.push_episodes(rlds_data, client, config.table,
+                                         progress=bar.update)
+      data = offline_data.TableData(address, config.table, data_spec,
+                                    stats.items, stats)
+    else:
+      data = offline_data.push_to_new_table(rlds_data, client, address,
+                                            config.table, progress=bar.update)
   reverb_tables.checkpoint()
   return data
+
+
+def load_memory(config: OfflineConfig, data: offline_data.TableData,
+                client: Any, show_progress: bool
+                ) -> memory_lib.TransitionMemory:
+  """The whole table, read once into the learner's memory."""
+  with tqdm.tqdm(desc=f'load {config.table}', unit='step',
+                 disable=not show_progress) as bar:
+    return offline_data.load_memory(client, config.table, data.data_spec,
+                                    progress=bar.update)
+
+
+def _offline_feed(config: OfflineConfig, data: offline_data.TableData,
+                  memory: memory_lib.TransitionMemory | None, normalize,
+                  max_priority: per.MaxPriority) -> Any:
+  """The learner's batches: an in-graph feed, or a streaming reader."""
+  gamma = config.agent_config.gamma
+  if memory is not None and config.prioritized:
+    return feeds.PrioritizedFeed(memory, config.batch_size,
+                                 config.per_settings, n_step=config.n_step,
+                                 gamma=gamma, transform=normalize,
+                                 max_priority=max_priority)
+  if memory is not None:
+    return feeds.UniformFeed(memory, config.batch_size, n_step=config.n_step,
+                             gamma=gamma, transform=normalize)
+  if config.prioritized:
+    return iter(offline_data.sample_batches(
+        data, config.batch_size, with_info=True).map(
+            lambda batch, info: (normalize(batch), info)))
+  return iter(offline_data.sample_batches(data, config.batch_size).map(
+      normalize))
 
 
 def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
@@ -185,7 +251,8 @@ def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
   return rlds_data
 
 
-def _observation_stats(config: OfflineConfig, data: offline_data.TableData
+def _observation_stats(config: OfflineConfig, data: offline_data.TableData,
+                       memory: memory_lib.TransitionMemory | None
                        ) -> tuple[np.ndarray | None, np.ndarray | None]:
   if not config.normalizes:
     return None, None
@@ -193,10 +260,33 @@ def _observation_stats(config: OfflineConfig, data: offline_data.TableData
   if os.path.exists(path):  # Resumed: the networks were trained on these.
     with np.load(path) as saved:
       return saved['mean'], saved['std']
-  mean, std = offline_data.observation_stats(data)
+  mean, std = (offline_data.memory_observation_stats(memory) if memory
+               is not None else offline_data.observation_stats(data))
   os.makedirs(config.root_dir, exist_ok=True)
   np.savez(path, mean=mean, std=std)
   return mean, std
+
+
+def _priority_store(config: OfflineConfig, reverb_tables: _Tables,
+                    feed: feeds.PrioritizedFeed):
+  """Restores the priorities the store kept; returns the write-back.
+
+  The store keeps them in the side table `feeds.make_priority_table` made
+  next to the episode table; a remote table without one keeps none (said
+  once, on stderr).
+  """
+  client = reverb_tables.offline_client
+  if feeds.priority_table_name(config.table) not in client.server_info():
+    print(f'table {config.table!r} has no side table '
+          f'{feeds.priority_table_name(config.table)!r}: priorities live in '
+          'this process only', file=sys.stderr)
+    return None
+  feeds.restore_priorities(client, config.table, feed)
+
+  def write_back():
+    feeds.write_priorities(client, config.table, feed)
+    reverb_tables.checkpoint()
+  return write_back
 
 
 def train_offline(config: OfflineConfig, *, show_progress: bool = True
@@ -218,12 +308,22 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
   try:
     data = load_offline_data(config, specs, rlds_data, data_spec,
                              reverb_tables, show_progress)
-    mean, std = _observation_stats(config, data)
+    memory = None
+    if config.feed == 'memory':
+      t0 = time.perf_counter()
+      memory = load_memory(config, data, reverb_tables.offline_client,
+                           show_progress)
+      load_seconds = time.perf_counter() - t0
+    mean, std = _observation_stats(config, data, memory)
+    normalize = offline_data.normalizer(mean, std)
     agent = agents.make_agent(config.agent, specs.time_step_spec,
                               specs.action_spec, config.agent_config)
     max_priority = per.MaxPriority()
+    source = _offline_feed(config, data, memory, normalize, max_priority)
     train_step_fn = None
-    if config.prioritized:
+    if config.prioritized and memory is not None:
+      train_step_fn = source.train_step(agent)
+    elif config.prioritized:
       train_step_fn = per.PrioritizedTrainStep(
           agent, per.PriorityUpdater(data.address, data.table),
           config.per_settings, max_priority)
@@ -231,15 +331,21 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
                            train_step_fn=train_step_fn,
                            max_priority=max_priority.variable)
     learner.restore()
+    store_priorities = None
+    if isinstance(source, feeds.PrioritizedFeed):
+      store_priorities = _priority_store(config, reverb_tables, source)
     policy = online.export_policy(agent, config.agent, specs,
                                   dataset=config.dataset, seed=config.seed)
     policy.obs_mean, policy.obs_std = mean, std
-    normalize = offline_data.normalizer(mean, std)
     summary = {'agent': config.agent, 'dataset': config.dataset,
                'env': config.env, 'seed': config.seed,
-               'replay': config.replay,
+               'replay': config.replay, 'feed': config.feed,
                'table_size': data.table_size,
                'batch_size': config.batch_size}
+    if memory is not None:
+      summary.update(transitions=int(memory.num_transitions),
+                     load_seconds=round(load_seconds, 2),
+                     memory_bytes=memory.bytes)
 
     # Both phases are drawn against gradient steps, so the run's curve goes
     # on where the offline phase stopped; each record also holds env_steps.
@@ -253,15 +359,8 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
                               title=f'{config.agent} on {config.dataset}, '
                               f'seed {config.seed}')
 
-    if config.prioritized:
-      offline_batches = offline_data.sample_batches(
-          data, config.batch_size, with_info=True).map(
-              lambda batch, info: (normalize(batch), info))
-    else:
-      offline_batches = offline_data.sample_batches(
-          data, config.batch_size).map(normalize)
     record = None
-    phases = loop.TrainPhases(learner, iter(offline_batches),
+    phases = loop.TrainPhases(learner, source,
                               config.train_steps,
                               (config.eval_interval,
                                config.checkpoint_interval))
@@ -280,6 +379,8 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
         if (after % config.checkpoint_interval == 0 or
             after == config.train_steps):
           learner.save()
+          if store_priorities is not None:
+            store_priorities()
     if record is None:  # Resumed after the offline phase had finished.
       record = evaluate('offline')
     summary.update(
@@ -292,8 +393,9 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
             if phases.steps_per_second else None))
     policy.save(os.path.join(config.root_dir, 'policy_offline.npz'))
     if config.online_finetune_steps:
-      summary.update(finetune(config, specs, learner, policy, data, normalize,
-                              reverb_tables, evaluate, show_progress))
+      summary.update(finetune(config, specs, learner, policy, data, memory,
+                              normalize, reverb_tables, evaluate,
+                              show_progress))
     return summary
   finally:
     reverb_tables.stop()
@@ -301,19 +403,35 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
 
 def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
              learner: loop.Learner, policy: numpy_policy.NumpyPolicy,
-             data: offline_data.TableData, normalize, reverb_tables: _Tables,
-             evaluate, show_progress: bool) -> dict:
+             data: offline_data.TableData,
+             memory: memory_lib.TransitionMemory | None, normalize,
+             reverb_tables: _Tables, evaluate, show_progress: bool) -> dict:
   """Offline-to-online: half of every batch from each table."""
   half = config.batch_size // 2
-  batches = sampling.mixed_dataset(
-      [offline_data.sample_batches(data, config.batch_size - half),
-       sampling.transition_dataset(
-           reverb_tables.local_address, online.ONLINE_TABLE,
-           online.trajectory_spec(specs), half)],
-      [config.batch_size - half, half]).map(normalize)
+  client = reverb_tables.server.localhost_client()
+  follower = None
+  if memory is not None:
+    online_memory = memory_lib.TransitionMemory(
+        online.trajectory_spec(specs),
+        config.online_finetune_steps + (specs.max_episode_steps or 1000))
+    follower = follow.TableFollower(client, online.ONLINE_TABLE,
+                                    online_memory)
+    follower.catch_up()  # A resumed run gets back what it had collected.
+    batches = feeds.MixedFeed(
+        feeds.UniformFeed(memory, config.batch_size - half,
+                          transform=normalize),
+        feeds.UniformFeed(online_memory, half, transform=normalize))
+  else:
+    batches = sampling.mixed_dataset(
+        [offline_data.sample_batches(data, config.batch_size - half),
+         sampling.transition_dataset(
+             reverb_tables.local_address, online.ONLINE_TABLE,
+             online.trajectory_spec(specs), half)],
+        [config.batch_size - half, half]).map(normalize)
   collector = collect.Collector(
-      config.env, reverb_tables.server.localhost_client(), online.ONLINE_TABLE,
-      seed=config.seed * 1_000_003 + int(learner.env_steps.numpy()))
+      config.env, client, online.ONLINE_TABLE,
+      seed=config.seed * 1_000_003 + int(learner.env_steps.numpy()),
+      **(online.EPISODE_ITEMS if follower is not None else {}))
   act = collect.policy_act(policy, config.exploration_noise)
   iterator = None
   try:
@@ -325,11 +443,18 @@ def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
         before = int(learner.env_steps.numpy())
         collector.collect(config.train_every, act)
         learner.env_steps.assign_add(config.train_every)
-        if iterator is None:
+        ready = True
+        if follower is not None:
+          follower.poll()
+          # No finished episode yet: nothing online to mix in.
+          ready = int(follower.memory.num_transitions) > 0
+          iterator = batches
+        elif iterator is None:
           iterator = iter(batches)
-        learner.train(iterator, config.train_every)
-        numpy_policy.update_weights(policy, agents.actor_network(
-            learner.agent))
+        if ready:
+          learner.train(iterator, config.train_every)
+          numpy_policy.update_weights(policy, agents.actor_network(
+              learner.agent))
         after = int(learner.env_steps.numpy())
         bar.update(after - before)
         if online.crossed(before, after, config.eval_interval):

@@ -17,12 +17,15 @@ import reverb
 import rlds
 import tensorflow as tf
 from tf_agents.trajectories import trajectory
+import tree
 
 from rlds_reverb import convert
 from rlds_reverb import push
 from rlds_reverb import sampling
 from rlds_reverb import tables
 from rlds_reverb.learners import envs
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import memory as memory_lib
 
 # Step fields that become agent inputs, and the dtype agents compute in.
 CAST_FIELDS = (rlds.OBSERVATION, rlds.ACTION, rlds.REWARD, rlds.DISCOUNT)
@@ -183,3 +186,59 @@ def normalizer(mean: np.ndarray | None, std: np.ndarray | None):
   return lambda batch: batch._replace(
       observation=(batch.observation - mean_t) / std_t)
 
+
+
+# ------------------------------------------------- the in-memory feed's path
+
+def push_episodes(rlds_data: tf.data.Dataset, client: reverb.Client,
+                  table: str, *, progress=None) -> push.PushStats:
+  """Pushes all of `rlds_data` as whole-episode items (terminal fix on) into
+  an episode table, unread, for `load_memory`.
+
+  Raises:
+    RuntimeError: the table evicted episodes (it was too small for the data).
+  """
+  stats = push.PushStats()
+  size_before = tables.get_table_info(client, table).current_size
+  push.push_rlds_to_table(rlds_data, client, table, sequence_length=None,
+                          priority=episode_table.UNREAD,
+                          zero_terminal_discount=True, stats=stats,
+                          progress=progress, num_workers=2)
+  size = tables.get_table_info(client, table).current_size
+  if size != size_before + stats.items:
+    raise RuntimeError(
+        f'table {table!r} holds {size} episodes after {stats.items} were '
+        f'written into {size_before}: it evicted data (raise its max_size)')
+  return stats
+
+
+def load_memory(client: reverb.Client, table: str, data_spec: Any, *,
+                progress=None, **memory_kwargs: Any
+                ) -> memory_lib.TransitionMemory:
+  """Reads every episode of an episode table once into a new memory.
+
+  Floating fields are stored as float32 (what the agents train on).
+  """
+  reader = episode_table.EpisodeReader(client, table)
+  episodes, keys = [], []
+  for episode in reader.iter_all():
+    episodes.append(tree.map_structure(
+        lambda x: x.astype(np.float32) if x.dtype.kind == 'f' else x,
+        episode.data))
+    keys.append(episode.key)
+    if progress is not None:
+      progress(len(tree.flatten(episode.data)[0]))
+  spec = tree.map_structure(
+      lambda s: tf.TensorSpec(s.shape, AGENT_DTYPE if s.dtype.is_floating
+                              else s.dtype), data_spec)
+  return memory_lib.from_episodes(spec, episodes, keys, **memory_kwargs)
+
+
+def memory_observation_stats(memory: memory_lib.TransitionMemory
+                             ) -> tuple[np.ndarray, np.ndarray]:
+  """Mean and std of the observation of every stored transition, exactly."""
+  rows = memory._index[:int(memory.num_transitions)]  # pylint: disable=protected-access
+  flat = memory.read(rows).observation.numpy()
+  flat = flat.reshape(len(flat), -1).astype(np.float64)
+  return flat.mean(0).astype(np.float32), (flat.std(0) + 1e-3).astype(
+      np.float32)

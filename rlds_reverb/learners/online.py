@@ -38,8 +38,17 @@ from rlds_reverb.learners import envs
 from rlds_reverb.learners import evaluation
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import numpy_policy
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import feeds
+from rlds_reverb.replay import follow
+from rlds_reverb.replay import hindsight
+from rlds_reverb.replay import memory as memory_lib
 
 ONLINE_TABLE = 'online'
+FEEDS = ('memory', 'stream')
+# How collectors write for the in-memory feed: whole episodes, unread.
+EPISODE_ITEMS = {'sequence_length': None,
+                 'priority': lambda: episode_table.UNREAD}
 REVERB_CHECKPOINTS = 'reverb'
 POLICY_SNAPSHOTS = 'policies'
 
@@ -72,6 +81,10 @@ class OnlineConfig:
   her_config: her.HerConfig | None = None
   # Running obs/goal normalisation (the HER paper's); used with her only.
   her_normalize: bool = True
+  # 'memory': episodes reach the learner through an episode table and are
+  # sampled in-graph from its memory; 'stream': items sampled from Reverb.
+  feed: str = 'memory'
+  n_step: int = 1  # memory feed, uniform or prioritized: n-step returns
   seed: int = 0
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
@@ -108,6 +121,13 @@ def _check(config: OnlineConfig) -> None:
       0 <= config.exploration_fraction <= 1):
     raise ValueError('epsilon_final and exploration_fraction must be in '
                      '[0, 1]')
+  if config.feed not in FEEDS:
+    raise ValueError(f'feed must be one of {", ".join(FEEDS)}, got '
+                     f'{config.feed!r}')
+  if config.n_step < 1 or (config.n_step > 1 and (
+      config.feed != 'memory' or config.her_config is not None)):
+    raise ValueError(f'n_step must be >= 1, and > 1 needs the memory feed '
+                     f'without her; got n_step={config.n_step}')
   if config.her_config is not None and config.replay != 'uniform':
     raise ValueError('HER samples its own episode table; replay must be '
                      f'uniform with her, got {config.replay!r}')
@@ -189,6 +209,154 @@ def _explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
       config.random_action_probability, specs.action_low, specs.action_high)
 
 
+class _StreamReplay:
+  """Learner batches sampled item by item from the Reverb table."""
+
+  def __init__(self, config: OnlineConfig, specs: envs.EnvSpecs,
+               data_spec: Any, per_config: per.PerConfig):
+    self.config, self.specs, self.data_spec = config, specs, data_spec
+    self.goal = specs.goal_conditioned
+    self.prioritized = config.replay == 'prioritized'
+    self.per_config = per_config
+    self._iterator = None
+    self._address = None
+
+  def tables(self) -> list[reverb.Table]:
+    config = self.config
+    if self.goal:
+      return [her.make_table(ONLINE_TABLE, self.data_spec,
+                             max_episodes=episode_capacity(config,
+                                                           self.specs))]
+    if self.prioritized:
+      return [per.make_table(ONLINE_TABLE, self.data_spec,
+                             max_size=config.replay_size,
+                             alpha=self.per_config.alpha,
+                             min_size_to_sample=config.batch_size)]
+    return [tables.make_table(ONLINE_TABLE, self.data_spec,
+                              max_size=config.replay_size,
+                              min_size_to_sample=config.batch_size)]
+
+  def start(self, address: str, client: reverb.Client, agent: Any,
+            max_priority: per.MaxPriority, normalizer: Any, reward_env: Any,
+            resumed: bool) -> Any:
+    del client, resumed
+    self._address, self._normalizer = address, normalizer
+    self._reward_env = reward_env
+    if self.prioritized:
+      return per.PrioritizedTrainStep(
+          agent, per.PriorityUpdater(address, ONLINE_TABLE), self.per_config,
+          max_priority)
+    return None
+
+  def collector_kwargs(self, max_priority: per.MaxPriority) -> dict:
+    if self.goal:
+      return {'sequence_length': None,
+              'priority_fn': her.transition_priority,
+              'on_episodes': (None if self._normalizer is None else
+                              lambda episodes: her.update_normalizer(
+                                  self._normalizer, episodes))}
+    return {'priority': max_priority if self.prioritized else
+            (lambda: 1.0)}
+
+  def ready(self, collector: collect.Collector) -> bool:
+    # A goal env's table takes whole episodes: none may be finished yet.
+    return not self.goal or collector.stats.episodes > 0
+
+  def source(self) -> Any:
+    if self._iterator is None:
+      self._iterator = iter(_dataset(self.config, self._address,
+                                     self.data_spec, self._reward_env,
+                                     self._normalizer))
+    return self._iterator
+
+  def checkpoint(self) -> None:
+    pass
+
+
+class _MemoryReplay:
+  """Episodes reach the learner's memory through the episode table; the
+  learner draws its batches in-graph."""
+
+  def __init__(self, config: OnlineConfig, specs: envs.EnvSpecs,
+               data_spec: Any, per_config: per.PerConfig):
+    self.config, self.specs, self.data_spec = config, specs, data_spec
+    self.goal = specs.goal_conditioned
+    self.prioritized = config.replay == 'prioritized'
+    self.per_config = per_config
+    self.feed = None
+
+  def tables(self) -> list[reverb.Table]:
+    table_list = [episode_table.make_table(
+        ONLINE_TABLE, self.data_spec,
+        max_episodes=episode_capacity(self.config, self.specs))]
+    if self.prioritized:
+      table_list.append(feeds.make_priority_table(ONLINE_TABLE))
+    return table_list
+
+  def start(self, address: str, client: reverb.Client, agent: Any,
+            max_priority: per.MaxPriority, normalizer: Any, reward_env: Any,
+            resumed: bool) -> Any:
+    del address
+    config, specs = self.config, self.specs
+    self._client = client
+    memory = memory_lib.TransitionMemory(
+        self.data_spec, config.replay_size + (specs.max_episode_steps or 1000),
+        with_episode_bounds=self.goal)
+    gamma = config.agent_config.gamma
+    if self.goal:
+      self.feed = hindsight.HindsightFeed(
+          memory, config.batch_size, her.reward_fn_for(reward_env),
+          config=config.her_config,
+          terminated_fn=her.terminated_fn_for(reward_env),
+          normalizer=normalizer)
+    elif self.prioritized:
+      self.feed = feeds.PrioritizedFeed(
+          memory, config.batch_size, self.per_config, n_step=config.n_step,
+          gamma=gamma, max_priority=max_priority)
+    else:
+      self.feed = feeds.UniformFeed(memory, config.batch_size,
+                                    n_step=config.n_step, gamma=gamma)
+    on_added = getattr(self.feed, 'on_added', None)
+    on_episodes = None
+    if normalizer is not None:
+      on_episodes = lambda episodes: _update_goal_normalizer(normalizer,
+                                                             episodes)
+    self.follower = follow.TableFollower(client, ONLINE_TABLE, memory,
+                                         on_added=on_added,
+                                         on_episodes=on_episodes)
+    if resumed:
+      self.follower.catch_up()
+      if self.prioritized:
+        feeds.restore_priorities(client, ONLINE_TABLE, self.feed)
+    return self.feed.train_step(agent) if self.prioritized else None
+
+  def collector_kwargs(self, max_priority: per.MaxPriority) -> dict:
+    del max_priority
+    return dict(EPISODE_ITEMS)
+
+  def ready(self, collector: collect.Collector) -> bool:
+    del collector
+    self.follower.poll()
+    return int(self.follower.memory.num_transitions) > 0
+
+  def source(self) -> Any:
+    return self.feed
+
+  def checkpoint(self) -> None:
+    if self.prioritized:
+      feeds.write_priorities(self._client, ONLINE_TABLE, self.feed)
+
+
+def _update_goal_normalizer(normalizer: her.GoalNormalizer,
+                            episodes: list[Any]) -> None:
+  """Observations and both goals of stored episodes (converted steps)."""
+  for episode in episodes:
+    observation = episode.observation
+    normalizer.update(observation[her.OBSERVATION],
+                      np.concatenate([observation[her.DESIRED_GOAL],
+                                      observation[her.ACHIEVED_GOAL]]))
+
+
 def train_online(config: OnlineConfig, *, show_progress: bool = True,
                  on_eval: Callable[[dict], None] | None = None) -> dict:
   """Trains `config.agent` online in `config.env`; resumes from root_dir.
@@ -202,23 +370,14 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
   check_agent_fits_env(config.agent, specs)
   check_her_fits_env(config, specs)
   goal = specs.goal_conditioned
-  prioritized = config.replay == 'prioritized'
   per_config = per_config_for(config)
   data_spec = trajectory_spec(specs)
   os.makedirs(config.root_dir, exist_ok=True)
-  if goal:
-    table = her.make_table(ONLINE_TABLE, data_spec,
-                           max_episodes=episode_capacity(config, specs))
-  elif prioritized:
-    table = per.make_table(ONLINE_TABLE, data_spec,
-                           max_size=config.replay_size, alpha=per_config.alpha,
-                           min_size_to_sample=config.batch_size)
-  else:
-    table = tables.make_table(ONLINE_TABLE, data_spec,
-                              max_size=config.replay_size,
-                              min_size_to_sample=config.batch_size)
+  replay = (_MemoryReplay if config.feed == 'memory' else _StreamReplay)(
+      config, specs, data_spec, per_config)
   server = tables.start_server(
-      [table], checkpoint_dir=os.path.join(config.root_dir, REVERB_CHECKPOINTS))
+      replay.tables(),
+      checkpoint_dir=os.path.join(config.root_dir, REVERB_CHECKPOINTS))
   address = f'localhost:{server.port}'
   collector = None
   reward_env = envs.make_env(config.env) if goal else None
@@ -227,32 +386,32 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
     agent = agents.make_agent(config.agent, specs.time_step_spec,
                               specs.action_spec, config.agent_config)
     max_priority = per.MaxPriority()
-    train_step_fn = None
-    if prioritized:
-      train_step_fn = per.PrioritizedTrainStep(
-          agent, per.PriorityUpdater(address, ONLINE_TABLE), per_config,
-          max_priority)
     normalizer = (her.GoalNormalizer(*specs.goal_sizes)
                   if goal and config.her_normalize else None)
     extra_state = {'normalizer': normalizer} if normalizer is not None else {}
+    # The train step is made before the restore, the memory filled after.
     learner = loop.Learner(agent, config.root_dir,
-                           train_step_fn=train_step_fn,
                            max_priority=max_priority.variable, **extra_state)
     resumed = learner.restore()
+    train_step_fn = replay.start(address, client, agent, max_priority,
+                                 normalizer, reward_env, resumed)
+    if train_step_fn is not None:
+      learner.set_train_step(train_step_fn)
     start = int(learner.env_steps.numpy())
     flatten = her.ObservationFlattener(normalizer) if goal else None
-    collector = collector_for(
-        config, client, start,
-        priority=max_priority if prioritized else (lambda: 1.0),
-        goal=goal, normalizer=normalizer)
+    # A resumed run reseeds from its step count: it does not replay the
+    # episodes it already collected.
+    collector = collect.Collector(
+        config.env, client, ONLINE_TABLE,
+        seed=config.seed * 1_000_003 + start,
+        **replay.collector_kwargs(max_priority))
     policy = export_policy(agent, config.agent, specs)
     greedy = (policy.greedy if flatten is None else
               lambda obs: policy.greedy(flatten(obs)))
-    iterator = None
     record = {}
-    replay = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'
-              if goal else f'{config.replay} replay')
-    title = f'{config.agent} online, {replay}, {config.env}, seed {config.seed}'
+    how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'
+           if goal else f'{config.replay} replay')
+    title = f'{config.agent} online, {how}, {config.env}, seed {config.seed}'
     metric = 'success_rate' if goal else 'average_return'
     with tqdm.tqdm(total=config.env_steps, initial=start, unit='env step',
                    desc=f'{config.agent} {config.env}', smoothing=0.05,
@@ -266,13 +425,9 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
         returns = collector.collect(config.train_every, act)
         learner.env_steps.assign_add(config.train_every)
         env_steps = int(learner.env_steps.numpy())
-        # A goal env's table takes whole episodes: none may be finished yet.
-        if env_steps >= config.initial_collect_steps and (
-            not goal or collector.stats.episodes > 0):
-          if iterator is None:
-            iterator = iter(_dataset(config, address, data_spec, reward_env,
-                                     normalizer))
-          learner.train(iterator, int(config.train_every * config.utd))
+        if (env_steps >= config.initial_collect_steps
+            and replay.ready(collector)):
+          learner.train(replay.source(), int(config.train_every * config.utd))
           sync_policy(policy, agent, config.agent)
           if flatten is not None:
             flatten.refresh()
@@ -310,6 +465,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
         if (crossed(steps_before, env_steps, config.checkpoint_interval)
             or env_steps >= config.env_steps):
           learner.save()
+          replay.checkpoint()
           tables.checkpoint(client)
     her.with_normalizer(export_policy(
         agent, config.agent, specs, env_steps=config.env_steps,
@@ -342,26 +498,6 @@ def _dataset(config: OnlineConfig, address: str, data_spec: Any,
 def episode_capacity(config: OnlineConfig, specs: envs.EnvSpecs) -> int:
   """Episodes an episode table keeps for `replay_size` transitions."""
   return max(1, config.replay_size // (specs.max_episode_steps or 1000))
-
-
-def collector_for(config: OnlineConfig, client: reverb.Client,
-                  env_steps: int, *,
-                  priority: Callable[[], float] = lambda: 1.0,
-                  goal: bool = False,
-                  normalizer: her.GoalNormalizer | None = None
-                  ) -> collect.Collector:
-  # A resumed run reseeds from its step count: it does not replay the
-  # episodes it already collected.
-  seed = config.seed * 1_000_003 + env_steps
-  if not goal:
-    return collect.Collector(config.env, client, ONLINE_TABLE, seed=seed,
-                             priority=priority)
-  return collect.Collector(
-      config.env, client, ONLINE_TABLE, seed=seed, sequence_length=None,
-      priority_fn=her.transition_priority,
-      on_episodes=(None if normalizer is None else
-                   lambda episodes: her.update_normalizer(normalizer,
-                                                          episodes)))
 
 
 def crossed(before: int, after: int, interval: int) -> bool:

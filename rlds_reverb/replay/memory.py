@@ -114,6 +114,10 @@ class TransitionMemory(tf.Module):
     return [(int(k), int(s), int(n)) for k, s, n in
             zip(self._keys, self._starts, self._lengths)]
 
+  def transition_rows(self) -> np.ndarray:
+    """Rows where a live transition starts, ascending."""
+    return np.flatnonzero(self._valid).astype(np.int32)
+
   @property
   def bytes(self) -> int:
     """Bytes of the tensors held (data, index, episode bounds)."""

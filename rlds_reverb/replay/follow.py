@@ -1,0 +1,57 @@
+"""A learner's memory kept in step with an episode table that actors fill.
+
+Actors (in this process or others) write finished episodes into an episode
+table, unread; `TableFollower.poll` moves what is new into the memory and
+tells the feed which rows changed. `catch_up` reads the whole table, once,
+when a run starts or resumes, so the memory holds what the store holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional
+
+import numpy as np
+import reverb
+import tree
+
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import memory as memory_lib
+
+
+def _as_float32(data: Any) -> Any:
+  return tree.map_structure(
+      lambda x: x.astype(np.float32) if x.dtype.kind == 'f' else x, data)
+
+
+class TableFollower:
+  """Reads an episode table into a memory; `on_added` gets every change."""
+
+  def __init__(self, client: reverb.Client, table: str,
+               memory: memory_lib.TransitionMemory, *,
+               on_added: Optional[Callable[[memory_lib.Added], None]] = None,
+               on_episodes: Optional[Callable[[List[Any]], None]] = None):
+    """`on_episodes` sees the numpy episodes read (normaliser statistics)."""
+    self._reader = episode_table.EpisodeReader(client, table)
+    self.memory = memory
+    self._on_added, self._on_episodes = on_added, on_episodes
+    self.episodes_read = 0
+
+  def _store(self, episodes: List[episode_table.Episode]) -> int:
+    if not episodes:
+      return 0
+    data = [_as_float32(e.data) for e in episodes]
+    added = self.memory.add(data, [e.key for e in episodes])
+    if self._on_added is not None:
+      self._on_added(added)
+    if self._on_episodes is not None:
+      self._on_episodes(data)
+    self.episodes_read += len(episodes)
+    return len(episodes)
+
+  def catch_up(self) -> int:
+    """Reads every episode the table holds; returns how many."""
+    return self._store(self._reader.read_all())
+
+  def poll(self) -> int:
+    """Reads the episodes written since; returns how many."""
+    return self._store(self._reader.read_new())

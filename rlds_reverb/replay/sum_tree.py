@@ -1,0 +1,247 @@
+"""A sum tree in TensorFlow ops, for prioritized replay inside a learner graph.
+
+Reverb keeps its own sum tree on the server; this one lives in tf.Variables so
+that a learner can draw and re-prioritise items inside its `tf.function`
+(no round trip to a server, no Python per item).
+
+The tree is K-ary (K = `branching`) and stored as one variable per level:
+
+  level 0        [ root ]                      1 node
+  level 1        [ n0 | n1 | ... | nK-1 ]      K nodes
+  ...
+  level depth    [ leaves ... | zero padding ] K**depth nodes >= capacity
+
+Node i of level d has children i*K .. i*K+K-1 on level d+1. A wide node keeps
+the tree shallow, so `sample` and `set` cost a few ops per level: each level
+gathers the [B, K] children of B nodes at once. Leaves past `capacity` stay 0
+(`set` refuses them), so they are never drawn.
+
+Parents are recomputed as the sum of their children after every `set`, never
+updated by deltas, so float rounding cannot accumulate over a long run.
+"""
+
+import numbers
+from typing import Any, Optional, Tuple
+
+import tensorflow as tf
+
+DEFAULT_BRANCHING = 32
+# Node indices are int32 (what `sample` returns and what gathers like best).
+_MAX_LEAVES = 2**31 - 1
+
+
+def _check_int(arg: str, value: Any, minimum: int) -> None:
+  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+      or value < minimum):
+    raise ValueError(
+        f'{arg} must be an integer >= {minimum}, got {value!r}.')
+
+
+class SumTree(tf.Module):
+  """Leaf values in [0, inf) with their sums, for proportional sampling.
+
+  Every method runs eagerly and inside `tf.function`. The variables are
+  attributes of this module, so `tf.train.Checkpoint(tree=tree)` saves and
+  restores them.
+  """
+
+  def __init__(self, capacity: int, *, branching: int = DEFAULT_BRANCHING,
+               dtype: Any = tf.float32, name: str = 'sum_tree'):
+    """Creates an all-zero tree.
+
+    Args:
+      capacity: number of leaves that can hold a value (indices
+        0 .. capacity-1).
+      branching: children per node (K).
+      dtype: float32 or float64, the dtype of the values (half precision
+        would lose small priorities in the sums).
+      name: name of the module and prefix of its variables.
+
+    Raises:
+      ValueError: if capacity is not an integer >= 1, if branching is not an
+        integer >= 2, if dtype is not float32/float64, or if the padded leaf
+        level would not fit int32 indices.
+    """
+    _check_int('capacity', capacity, 1)
+    _check_int('branching', branching, 2)
+    try:
+      dtype = tf.as_dtype(dtype)
+    except TypeError as e:
+      raise ValueError(
+          f'dtype must be float32 or float64, got {dtype!r}.') from e
+    if dtype not in (tf.float32, tf.float64):
+      raise ValueError(f'dtype must be float32 or float64, got {dtype!r}.')
+    capacity, branching = int(capacity), int(branching)
+    depth = 1
+    while branching**depth < capacity:
+      depth += 1
+    if branching**depth > _MAX_LEAVES:
+      raise ValueError(
+          f'capacity {capacity} at branching {branching} needs '
+          f'{branching**depth} leaves, more than int32 indices address; '
+          'use a smaller capacity or a branching whose power is closer to it.')
+    super().__init__(name=name)
+    self._capacity = capacity
+    self._branching = branching
+    self._depth = depth
+    self._dtype = dtype
+    with self.name_scope:
+      self._levels = [
+          tf.Variable(tf.zeros([branching**d], dtype), trainable=False,
+                      name=f'level_{d}') for d in range(depth + 1)]
+
+  @property
+  def capacity(self) -> int:
+    return self._capacity
+
+  @property
+  def branching(self) -> int:
+    return self._branching
+
+  @property
+  def depth(self) -> int:
+    """Levels below the root; the leaves are level `depth`."""
+    return self._depth
+
+  @property
+  def levels(self) -> Tuple[tf.Variable, ...]:
+    """The variables, root level first (for inspection and tests)."""
+    return tuple(self._levels)
+
+  def total(self) -> tf.Tensor:
+    """The sum of all leaves (the root), a scalar."""
+    return self._levels[0][0]
+
+  def values(self) -> tf.Tensor:
+    """All `capacity` leaf values, e.g. to write priorities back elsewhere."""
+    return self._levels[-1][:self._capacity]
+
+  def get(self, indices: Any) -> tf.Tensor:
+    """Leaf values at int32/int64 `indices` (any shape), checked in range."""
+    indices = self._checked_indices(indices)
+    return tf.gather(self._levels[-1], indices)
+
+  def set(self, indices: Any, values: Any) -> None:
+    """Sets leaves and recomputes their ancestors from their children.
+
+    Duplicate indices are allowed: any one of their values wins, and every
+    ancestor is recomputed from what the leaf level holds afterwards, so the
+    tree stays consistent.
+
+    Args:
+      indices: int32/int64 leaf indices in [0, capacity), any shape.
+      values: finite values >= 0, the same number as indices.
+
+    Raises:
+      tf.errors.InvalidArgumentError: (when run) if an index is out of range,
+        the sizes differ, or a value is negative or not finite.
+    """
+    indices = self._checked_indices(indices)
+    values = tf.cast(tf.convert_to_tensor(values), self._dtype)
+    indices = tf.reshape(indices, [-1])
+    values = tf.reshape(values, [-1])
+    checks = [
+        tf.debugging.assert_equal(
+            tf.size(indices), tf.size(values),
+            message='SumTree.set: indices and values differ in size'),
+        tf.debugging.assert_all_finite(
+            values, 'SumTree.set: values must be finite'),
+        tf.debugging.assert_non_negative(
+            values, message='SumTree.set: values must be >= 0'),
+    ]
+    with tf.control_dependencies(checks):
+      values = tf.identity(values)
+    self._levels[-1].scatter_update(tf.IndexedSlices(values, indices))
+    # Automatic control dependencies order each gather after the scatter into
+    # the same variable, inside tf.function as eagerly.
+    nodes = indices
+    for depth in reversed(range(self._depth)):
+      nodes = nodes // self._branching
+      children = tf.gather(self._levels[depth + 1], self._child_ids(nodes))
+      self._levels[depth].scatter_update(
+          tf.IndexedSlices(tf.reduce_sum(children, axis=1), nodes))
+
+  def sample(self, batch_size: int, *, stratified: bool = True,
+             seed: Optional[Any] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Draws leaves with probability value / total.
+
+    Stratified sampling (Schaul et al. 2015) splits [0, total) into
+    `batch_size` equal segments and draws one point in each, so a batch
+    covers the whole range and its indices come out in ascending order.
+
+    Args:
+      batch_size: number of leaves to draw (B).
+      stratified: one point per segment if True, B independent points if not.
+      seed: None to draw from TF's random state, or a stateless seed (an int,
+        or an int tensor of shape [2]) making the draw a function of the tree
+        and the seed.
+
+    Returns:
+      (indices, values): int32 [B] leaf indices and their [B] values.
+
+    Raises:
+      ValueError: if batch_size is not an integer >= 1.
+      tf.errors.InvalidArgumentError: (when run) if the tree is empty.
+    """
+    _check_int('batch_size', batch_size, 1)
+    batch_size = int(batch_size)
+    total = self.total()
+    check = tf.debugging.assert_positive(
+        total, message='SumTree is empty (total is 0): nothing to sample')
+    with tf.control_dependencies([check]):
+      u = self._uniform(batch_size, seed)
+    if stratified:
+      segment = total / batch_size
+      lo = tf.range(batch_size, dtype=self._dtype) * segment
+      hi = tf.range(1, batch_size + 1, dtype=self._dtype) * segment
+      # Rounding in lo + u * segment may reach hi, the next stratum.
+      points = tf.minimum(lo + u * segment, tf.math.nextafter(hi, lo))
+    else:
+      points = u * total
+    nodes = tf.zeros([batch_size], tf.int32)
+    last = self._branching - 1
+    for level in self._levels[1:]:
+      children = tf.gather(level, self._child_ids(nodes))  # [B, K]
+      cums = tf.cumsum(children, axis=1)
+      first = tf.reduce_sum(
+          tf.cast(cums <= points[:, None], tf.int32), axis=1)
+      clamped = tf.minimum(first, last)
+      # Past the last sum (rounding) or on a zero child: take the last child
+      # with a value. One exists, since the parent (a sum of them) is > 0.
+      ok = (first <= last) & (
+          tf.gather(children, clamped, batch_dims=1) > 0)
+      last_positive = last - tf.argmax(
+          tf.reverse(children > 0, axis=[1]), axis=1, output_type=tf.int32)
+      child = tf.where(ok, clamped, last_positive)
+      left = tf.concat([tf.zeros_like(cums[:, :1]), cums[:, :-1]], axis=1)
+      points = tf.maximum(
+          points - tf.gather(left, child, batch_dims=1), 0)
+      nodes = nodes * self._branching + child
+    return nodes, tf.gather(children, child, batch_dims=1)
+
+  def _child_ids(self, nodes: tf.Tensor) -> tf.Tensor:
+    """[B] node indices -> [B, K] indices of their children."""
+    return (nodes[:, None] * self._branching
+            + tf.range(self._branching, dtype=nodes.dtype))
+
+  def _checked_indices(self, indices: Any) -> tf.Tensor:
+    indices = tf.convert_to_tensor(indices)
+    if indices.dtype not in (tf.int32, tf.int64):
+      raise ValueError(
+          f'indices must be int32 or int64, got {indices.dtype.name}.')
+    checks = [
+        tf.debugging.assert_non_negative(
+            indices, message='SumTree: indices must be >= 0'),
+        tf.debugging.assert_less(
+            indices, tf.cast(self._capacity, indices.dtype),
+            message=f'SumTree: indices must be < capacity {self._capacity}'),
+    ]
+    with tf.control_dependencies(checks):
+      return tf.cast(indices, tf.int32)
+
+  def _uniform(self, batch_size: int, seed: Optional[Any]) -> tf.Tensor:
+    if seed is None:
+      return tf.random.uniform([batch_size], dtype=self._dtype)
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+      seed = (int(seed), 0)
+    return tf.random.stateless_uniform([batch_size], seed, dtype=self._dtype)
