@@ -392,7 +392,7 @@ def test_prioritized_offline_training_moves_the_priorities(tmp_path):
         agent='td3_bc', dataset='table', root_dir=str(tmp_path / 'run'),
         reverb_address=f'localhost:{server.port}', train_steps=40,
         batch_size=16, eval_interval=40, eval_episodes=1,
-        checkpoint_interval=40, replay='prioritized',
+        checkpoint_interval=40, replay='prioritized', feed='stream',
         agent_config=agents.AgentConfig(actor_layers=(16,),
                                         critic_layers=(16,)))
     summary = offline.train_offline(config, show_progress=False)
