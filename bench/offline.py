@@ -1,7 +1,8 @@
 """Offline RL targets: BC, TD3+BC and CQL-SAC on a locally generated dataset.
 
-The dataset is pushed once (fast push, 2-step items, terminal-discount fix
-on) into a table of an in-process Reverb server; then, for each agent and
+The dataset is pushed once (fast push, terminal-discount fix on; whole
+episodes for the default in-memory feed, 2-step items with --feed stream)
+into a table of an in-process Reverb server; then, for each agent and
 seed, `rlds_reverb.learners.offline.train_offline` trains from that table
 (the code behind `python -m pipelines.train --agent A --reverb_address ...`;
 pushing 1M transitions again for each of 9 runs would cost ~10 minutes of a
@@ -45,6 +46,7 @@ from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import offline_data
+from rlds_reverb.replay import episode_table
 
 
 def behaviour_return(dataset: str) -> tuple[float, int, int]:
@@ -87,6 +89,9 @@ def main() -> None:
   parser.add_argument('--finetune_steps', type=int, default=0)
   parser.add_argument('--cql_bc_steps', type=int, default=10_000,
                       help='CQL-SAC behaviour-cloning warm-up steps')
+  parser.add_argument('--feed', default='memory', choices=['memory', 'stream'],
+                      help='memory: episodes read once into the learner; '
+                      'stream: 2-step items sampled from Reverb per batch.')
   parser.add_argument('--root', default='runs/bench_offline')
   parser.add_argument('--curve', default='images/results/offline_curves.png')
   parser.add_argument('--finetune_curve',
@@ -104,21 +109,33 @@ def main() -> None:
             'date': time.strftime('%Y-%m-%d')}
   specs = envs.env_specs(args.env)
   rlds_data = offline_data.check_and_cast(datasets.load(args.dataset), specs)
-  server = tables.start_server([tables.make_table(
-      offline.OFFLINE_TABLE, convert.create_trajectory_data_spec(rlds_data),
-      max_size=offline_data.UNBOUNDED_TABLE_SIZE, min_size_to_sample=1)])
+  data_spec = convert.create_trajectory_data_spec(rlds_data)
+  common['feed'] = args.feed
+  if args.feed == 'memory':  # Whole episodes, read into each run's memory.
+    table = episode_table.make_table(
+        offline.OFFLINE_TABLE, data_spec,
+        max_episodes=offline_data.UNBOUNDED_TABLE_SIZE)
+  else:  # 2-step items, sampled from Reverb for every batch.
+    table = tables.make_table(
+        offline.OFFLINE_TABLE, data_spec,
+        max_size=offline_data.UNBOUNDED_TABLE_SIZE, min_size_to_sample=1)
+  server = tables.start_server([table])
   address = f'localhost:{server.port}'
   t0 = time.perf_counter()
-  pushed = offline_data.push_to_new_table(
-      rlds_data, server.localhost_client(), address, offline.OFFLINE_TABLE)
-  common['table_size'] = pushed.table_size
-  common['push_steps_per_s'] = round(
-      pushed.pushed.steps / (time.perf_counter() - t0))
+  if args.feed == 'memory':
+    stats = offline_data.push_episodes(rlds_data, server.localhost_client(),
+                                       offline.OFFLINE_TABLE)
+    common['table_size'] = stats.items
+  else:
+    pushed = offline_data.push_to_new_table(
+        rlds_data, server.localhost_client(), address, offline.OFFLINE_TABLE)
+    common['table_size'], stats = pushed.table_size, pushed.pushed
+  common['push_steps_per_s'] = round(stats.steps / (time.perf_counter() - t0))
 
   def run(agent: str, seed: int, **config) -> dict:
     return offline.train_offline(offline.OfflineConfig(
         agent=agent, dataset=args.dataset, env=args.env,
-        reverb_address=address,
+        reverb_address=address, feed=args.feed,
         root_dir=os.path.join(args.root, f'{agent}_seed{seed}'),
         train_steps=args.steps, eval_interval=args.eval_interval,
         checkpoint_interval=args.eval_interval,

@@ -44,7 +44,7 @@ def _frequency_tree() -> sum_tree.SumTree:
 def _check_levels(tree: sum_tree.SumTree, rtol: float) -> None:
   """Every node equals the sum of its children (summed in float64)."""
   k = tree.branching
-  levels = [v.numpy().astype(np.float64) for v in tree.levels]
+  levels = [v.numpy().reshape(-1).astype(np.float64) for v in tree.levels]
   for parent, children in zip(levels[:-1], levels[1:]):
     np.testing.assert_allclose(parent, children.reshape(-1, k).sum(axis=1),
                                rtol=rtol, atol=0)
@@ -62,19 +62,20 @@ def test_total_is_sum_of_values(capacity, branching):
   tree = sum_tree.SumTree(capacity, branching=branching)
   assert branching**tree.depth >= capacity
   assert tree.depth == 1 or branching**(tree.depth - 1) < capacity
-  assert [v.shape[0] for v in tree.levels] == [
-      branching**d for d in range(tree.depth + 1)]
+  assert [v.shape.as_list() for v in tree.levels] == [[1, 1]] + [
+      [branching**(d - 1), branching] for d in range(1, tree.depth + 1)]
   values = np.random.default_rng(capacity).uniform(
       0, 10, capacity).astype(np.float32)
   tree.set(np.arange(capacity), values)
   np.testing.assert_allclose(tree.total().numpy(), values.sum(dtype=np.float64),
                              rtol=1e-5)
   np.testing.assert_array_equal(tree.values().numpy(), values)
-  assert not tree.levels[-1].numpy()[capacity:].any()
+  assert not tree.levels[-1].numpy().reshape(-1)[capacity:].any()
   _check_levels(tree, rtol=1e-5)
 
 
-@pytest.mark.parametrize('dtype,rtol', [(tf.float32, 1e-5), (tf.float64, 1e-12)])
+@pytest.mark.parametrize('dtype,rtol',
+                         [(tf.float32, 1e-5), (tf.float64, 1e-12)])
 @pytest.mark.parametrize('branching', [2, 4, 32])
 def test_ancestors_consistent_after_many_sets(dtype, rtol, branching):
   capacity = 1000
@@ -88,7 +89,7 @@ def test_ancestors_consistent_after_many_sets(dtype, rtol, branching):
     _check_levels(tree, rtol)
   leaves = tree.values().numpy()
   np.testing.assert_allclose(tree.total().numpy(), leaves.sum(), rtol=rtol)
-  assert not tree.levels[-1].numpy()[capacity:].any()
+  assert not tree.levels[-1].numpy().reshape(-1)[capacity:].any()
 
 
 def test_unstratified_frequencies_match_priorities():
@@ -167,7 +168,7 @@ def test_rounding_guard_never_returns_zero_leaf():
   # with a value, never to a zero leaf.
   tree = sum_tree.SumTree(8, branching=2)
   tree.set([0, 2, 5], [1.0, 2.0, 0.5])
-  tree.levels[0].assign([100.0])
+  tree.levels[0].assign([[100.0]])
   for stratified in (True, False):
     indices, values = tree.sample(400, stratified=stratified, seed=5)
     assert set(indices.numpy()) <= {0, 2, 5}
@@ -296,3 +297,12 @@ def test_rejects_float_indices():
   tree = sum_tree.SumTree(10)
   with pytest.raises(ValueError, match='indices'):
     tree.get(tf.constant([1.0]))
+  with pytest.raises(ValueError, match='indices'):
+    tree.set(tf.constant([1.0]), [1.0])
+
+
+def test_get_keeps_the_shape_of_indices():
+  tree = sum_tree.SumTree(40, branching=4)
+  tree.set(tf.range(40), tf.range(40, dtype=tf.float32))
+  got = tree.get(tf.constant([[3, 39], [0, 17]], tf.int64))
+  np.testing.assert_array_equal(got.numpy(), [[3.0, 39.0], [0.0, 17.0]])
