@@ -118,8 +118,11 @@ class PrioritizedFeed:
         rows, probability, self.memory.num_transitions)
 
   def update(self, rows: tf.Tensor, priorities: tf.Tensor) -> None:
-    """New raw priorities for `rows` (already capped, > 0)."""
-    self.tree.set(rows, self._leaf(priorities))
+    """New raw priorities for the `rows` just sampled (capped, > 0)."""
+    priorities = tf.debugging.assert_all_finite(
+        priorities, 'prioritized replay: a TD error is not finite (NaN or '
+        'inf in the data or the loss)')
+    self.tree.set(rows, self._leaf(priorities), validate=False)
     self.max_priority.observe(priorities)
 
   def train_step(self, agent: Any) -> Callable[[Any], tf.Tensor]:
