@@ -55,8 +55,8 @@ import rlds_reverb
 from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb import tables
+from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline_data
 from rlds_reverb.replay import episode_table

@@ -39,7 +39,7 @@ from rlds_reverb import datasets
 from rlds_reverb import her
 from rlds_reverb import push
 from rlds_reverb import tables
-from rlds_reverb.learners import envs
+from rlds_reverb.acting import envs
 from rlds_reverb.learners import her_offline
 
 ENV = 'FetchReach-v4'

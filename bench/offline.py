@@ -40,9 +40,9 @@ import tensorflow as tf
 from rlds_reverb import convert
 from rlds_reverb import datasets
 from rlds_reverb import tables
+from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import curves
-from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import offline_data

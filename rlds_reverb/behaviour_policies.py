@@ -23,7 +23,7 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
-from rlds_reverb.learners import numpy_policy
+from rlds_reverb.acting import numpy_policy
 
 POLICY_DIR = pathlib.Path(__file__).parent / 'policies'
 REPLAY_DIR = 'replay'

@@ -1,19 +1,17 @@
 """Records gymnasium rollouts as RLDS episodes and writes them as TFDS data.
 
-RLDS layout of one recorded episode of T env steps (T + 1 RLDS steps):
+Episodes are stepped and buffered by `acting.rollout` (the loop online
+collection uses too), in its RLDS layout of T + 1 steps per T env steps:
 
   step t (0 <= t < T): o_t, a_t, r_t, discount 1.0, infos of o_t
   step T (is_last):    o_T (final observation), zero action/reward,
                        is_terminal = whether the env terminated (not truncated)
 
-`is_first` is set on step 0 only, `is_last` on step T only. Discount is 1.0 on
-every step, as in the D4RL datasets; consumers derive terminal discounts from
-`is_terminal` (see DESIGN.md).
-
-The vector env runs in gymnasium's NEXT_STEP autoreset mode: after a sub-env
-reports `terminated or truncated`, its next `step` ignores the action and
-returns the first observation of a new episode with reward 0. Those reset
-steps are not transitions and are never recorded.
+Discount is 1.0 on every step, as in the D4RL datasets; consumers derive
+terminal discounts from `is_terminal` (see DESIGN.md). Beyond what
+collection keeps, a recording stores D4RL's `infos`: the behaviour policy's
+`action_log_probs` and, for MuJoCo envs, the `qpos` / `qvel` physics state
+of each observation; float observations and actions are stored as float32.
 """
 
 from __future__ import annotations
@@ -31,7 +29,8 @@ import tree
 
 from rlds_reverb import behaviour_policies
 from rlds_reverb import tfds_writer
-from rlds_reverb.learners import envs as learner_envs
+from rlds_reverb.acting import envs as acting_envs
+from rlds_reverb.acting import rollout
 
 
 class Policy(Protocol):
@@ -106,7 +105,7 @@ def make_vector_env(env_id: str, num_envs: int,
     ValueError: if `env_id` is not a registered gymnasium env or cannot be
       made.
   """
-  learner_envs.register_robotics_envs(env_id)
+  acting_envs.register_robotics_envs(env_id)
   try:
     gym.spec(env_id)
   except gym.error.Error as e:
@@ -145,10 +144,10 @@ def make_step_spec(envs: gym.vector.SyncVectorEnv,
   obs_space, act_space = envs.single_observation_space, envs.single_action_space
   if isinstance(obs_space, gym.spaces.Dict):
     boxes = all(isinstance(s, gym.spaces.Box) for s in obs_space.values())
-    if not boxes or set(obs_space.keys()) != set(learner_envs.GOAL_KEYS):
+    if not boxes or set(obs_space.keys()) != set(acting_envs.GOAL_KEYS):
       raise ValueError(
           f'env {env_id!r}: a dict observation space must hold the Boxes '
-          f'{", ".join(learner_envs.GOAL_KEYS)} (a goal env), got {obs_space}')
+          f'{", ".join(acting_envs.GOAL_KEYS)} (a goal env), got {obs_space}')
     observation_shape = {k: tuple(s.shape) for k, s in obs_space.items()}
     observation_dtype = np.dtype(np.float32)
   else:
@@ -169,52 +168,14 @@ def make_step_spec(envs: gym.vector.SyncVectorEnv,
       qvel_shape=None if data is None else tuple(data.qvel.shape))
 
 
-class _EpisodeBuffer:
-  """Accumulates one episode's steps and emits it in RLDS layout."""
+def _physics_infos(envs: gym.vector.SyncVectorEnv
+                   ) -> rollout.ObservationInfosFn:
+  """Sub-env i -> the MuJoCo state (qpos, qvel) behind its observation."""
 
-  def __init__(self, spec: tfds_writer.StepSpec):
-    self._spec = spec
-    self._obs, self._qpos, self._qvel = [], [], []
-    self._actions, self._rewards, self._log_probs = [], [], []
-
-  def observe(self, obs: Any, env: gym.Env) -> None:
-    """Adds o_t (and the physics state that produced it)."""
-    self._obs.append(obs)
-    data = _physics(env)
-    if self._spec.qpos_shape is not None:
-      self._qpos.append(data.qpos.copy())
-      self._qvel.append(data.qvel.copy())
-
-  def act(self, action: np.ndarray, reward: float, log_prob: float) -> None:
-    """Adds a_t, r_t for the last observation."""
-    self._actions.append(action)
-    self._rewards.append(reward)
-    self._log_probs.append(log_prob)
-
-  def finish(self, terminated: bool) -> dict[str, Any]:
-    """Returns the episode; the last observation becomes the is_last step."""
-    spec, n = self._spec, len(self._obs)
-    steps = {
-        'observation': tree.map_structure(
-            lambda *steps: np.asarray(steps, dtype=spec.observation_dtype),
-            *self._obs),
-        'action': np.concatenate([
-            np.asarray(self._actions, dtype=spec.action_dtype).reshape(
-                (n - 1,) + spec.action_shape),
-            np.zeros((1,) + spec.action_shape, dtype=spec.action_dtype)]),
-        'reward': np.asarray(self._rewards + [0.0], dtype=np.float32),
-        'discount': np.ones((n,), dtype=np.float32),
-        'is_first': np.arange(n) == 0,
-        'is_last': np.arange(n) == n - 1,
-        'is_terminal': (np.arange(n) == n - 1) & bool(terminated),
-        'infos': {
-            'action_log_probs': np.asarray(self._log_probs + [0.0],
-                                           dtype=np.float64)},
-    }
-    if spec.qpos_shape is not None:
-      steps['infos']['qpos'] = np.asarray(self._qpos, dtype=np.float64)
-      steps['infos']['qvel'] = np.asarray(self._qvel, dtype=np.float64)
-    return {'steps': steps}
+  def infos(i: int) -> dict[str, np.ndarray]:
+    data = _physics(envs.envs[i])
+    return {'qpos': data.qpos.copy(), 'qvel': data.qvel.copy()}
+  return infos
 
 
 def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
@@ -239,47 +200,21 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
   Yields:
     (episode index, episode) in the order episodes finish.
   """
-  num_envs = envs.num_envs
-  obs, _ = envs.reset(seed=seed)
-  buffers: list[_EpisodeBuffer | None] = [None] * num_envs
-  index = [-1] * num_envs
-  started = 0
-
-  def start(i: int, first_obs: Any) -> None:
-    nonlocal started
-    if started < num_episodes:
-      buffers[i], index[i] = _EpisodeBuffer(spec), started
-      buffers[i].observe(first_obs, envs.envs[i])
-      started += 1
-    else:
-      buffers[i] = None
-
-  def row(observations: Any, i: int) -> Any:
-    return tree.map_structure(lambda x: x[i], observations)
-
-  for i in range(num_envs):
-    start(i, row(obs, i))
-  resetting = np.zeros(num_envs, dtype=bool)
-  finished = 0
-  while finished < num_episodes:
-    actions, log_probs = policy(obs)
-    obs, rewards, terminated, truncated, _ = envs.step(actions)
-    for i in range(num_envs):
-      if resetting[i]:  # This step reset sub-env i; obs[i] starts an episode.
-        start(i, row(obs, i))
-        continue
-      buffer = buffers[i]
-      if buffer is None:
-        continue
-      buffer.act(actions[i], float(rewards[i]), float(log_probs[i]))
-      buffer.observe(row(obs, i), envs.envs[i])
-      if progress is not None:
-        progress.update(1)
-      if terminated[i] or truncated[i]:
-        yield index[i], buffer.finish(bool(terminated[i]))
-        buffers[i] = None
-        finished += 1
-    resetting = np.logical_or(terminated, truncated)
+  layout = rollout.StepLayout(action_shape=spec.action_shape,
+                              action_dtype=spec.action_dtype,
+                              observation_dtype=spec.observation_dtype)
+  loop = rollout.Rollout(
+      envs, layout, seed=seed, max_episodes=num_episodes,
+      keep_log_probs=True,
+      observation_infos=(None if spec.qpos_shape is None
+                         else _physics_infos(envs)))
+  while loop.finished < num_episodes:
+    finished: list[rollout.Episode] = []
+    taken = loop.step(policy, finished.append)
+    if progress is not None and taken:
+      progress.update(taken)
+    for episode in finished:
+      yield episode.number, {'steps': episode.steps}
 
 
 def dataset_name(env_id: str, policy: str) -> str:

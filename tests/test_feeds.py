@@ -13,8 +13,8 @@ import tree
 import rlds_reverb
 from rlds_reverb import per
 from rlds_reverb import tables
+from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import envs
 from rlds_reverb.learners import online
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds

@@ -18,7 +18,7 @@ import tensorflow_datasets as tfds
 from rlds_reverb import datasets
 from rlds_reverb import recording
 from rlds_reverb import tfds_writer
-from rlds_reverb.learners import envs as learner_envs
+from rlds_reverb.acting import envs as acting_envs
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SEED = 7
@@ -333,7 +333,7 @@ def test_goal_env_records_dict_observations_that_fit_its_rewards(tmp_path):
               'observation': ((10,), tf.float32),
               'achieved_goal': ((3,), tf.float32),
               'desired_goal': ((3,), tf.float32)}
-  env = learner_envs.make_env('FetchReach-v4')
+  env = acting_envs.make_env('FetchReach-v4')
   for episode in datasets.load(str(tmp_path)):
     steps = list(episode['steps'].as_numpy_iterator())
     achieved = np.stack([s['observation']['achieved_goal'] for s in steps])

@@ -17,11 +17,11 @@ from rlds_reverb import convert
 from rlds_reverb import her
 from rlds_reverb import push
 from rlds_reverb import tables
+from rlds_reverb.acting import collect
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import collect
-from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
-from rlds_reverb.learners import numpy_policy
 from rlds_reverb.learners import online
 
 BATCH = 256

@@ -12,11 +12,12 @@ from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb import recording
 from rlds_reverb import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import evaluation
+from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import envs
-from rlds_reverb.learners import evaluation
+from rlds_reverb.learners import export
 from rlds_reverb.learners import loop
-from rlds_reverb.learners import numpy_policy
 from rlds_reverb.learners import offline_data
 
 ENV_ID = 'HalfCheetah-v5'
@@ -62,8 +63,8 @@ def _rlds(steps_per_episode, dtype=np.float64, obs_size=17, act_size=6,
     'kind', [k for k in agents.AGENTS if k not in agents.DISCRETE_AGENTS])
 def test_numpy_policy_is_the_tf_agents_greedy_policy(kind, specs, tmp_path):
   agent = agents.make_agent(kind, specs.time_step_spec, specs.action_spec)
-  policy = numpy_policy.from_network(agents.actor_network(agent),
-                                     agents.HEAD[kind], specs.action_spec)
+  policy = export.from_network(agents.actor_network(agent),
+                               agents.HEAD[kind], specs.action_spec)
   obs = np.random.default_rng(0).normal(size=(8, 17)).astype(np.float32)
   step = ts.restart(tf.constant(obs), batch_size=8)
   expected = greedy_policy.GreedyPolicy(agent.policy).action(step).action
@@ -75,8 +76,8 @@ def test_numpy_policy_is_the_tf_agents_greedy_policy(kind, specs, tmp_path):
 
 def test_sampled_actions_have_the_tf_agents_log_prob(specs):
   agent = agents.make_agent('sac', specs.time_step_spec, specs.action_spec)
-  policy = numpy_policy.from_network(agents.actor_network(agent),
-                                     'tanh_normal', specs.action_spec)
+  policy = export.from_network(agents.actor_network(agent),
+                               'tanh_normal', specs.action_spec)
   obs = np.random.default_rng(1).normal(size=(16, 17)).astype(np.float32)
   actions, log_probs = policy.sample(obs, np.random.default_rng(2))
   distribution = agent.collect_policy.distribution(

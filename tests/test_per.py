@@ -13,10 +13,10 @@ from tf_agents.trajectories import trajectory
 
 from rlds_reverb import per
 from rlds_reverb import tables
+from rlds_reverb.acting import collect
+from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import collect
 from rlds_reverb.learners import dqn
-from rlds_reverb.learners import envs
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import online
 from test_learners import _fixed_batch  # pylint: disable=g-bad-import-order

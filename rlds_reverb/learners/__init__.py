@@ -1,7 +1,9 @@
 """TF-Agents learners fed from Reverb tables: online, offline, fine-tuning.
 
-Modules, one job each: `agents` (agent builders), `envs` (specs, D4RL
-scores), `numpy_policy` (actors without TensorFlow), `collect` (actor ->
-Reverb), `offline_data` (dataset -> table -> batches), `loop` (checkpoints,
-logs, curves), `online` and `offline` (the training loops).
+Acting (envs, numpy policies, collection, evaluation) lives below, in
+`rlds_reverb.acting`. Modules, one job each: `agents` (agent builders),
+`dqn` (DQN and its dueling network), `export` (TF-Agents actor -> numpy
+policy), `offline_data` (dataset -> table -> batches), `loop` (checkpoints,
+logs, curves), `curves`, `online`, `offline` and `her_offline` (the
+training loops).
 """

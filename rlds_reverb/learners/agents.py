@@ -33,7 +33,7 @@ AGENTS = ('sac', 'td3', 'bc', 'td3_bc', 'cql_sac', 'dqn')
 OFFLINE_AGENTS = ('bc', 'td3_bc', 'cql_sac')
 ONLINE_AGENTS = ('sac', 'td3', 'td3_bc', 'cql_sac', 'dqn')
 DISCRETE_AGENTS = ('dqn',)
-# Which numpy head (numpy_policy.HEADS) exports each agent's actor.
+# Which numpy head (acting.numpy_policy.HEADS) exports each agent's actor.
 HEAD = {'sac': 'tanh_normal', 'cql_sac': 'tanh_normal', 'td3': 'deterministic',
         'td3_bc': 'deterministic', 'bc': 'deterministic', 'dqn': 'q_argmax'}
 

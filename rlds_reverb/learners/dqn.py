@@ -7,7 +7,7 @@ steps there. Double DQN (van Hasselt et al. 2016) is TF-Agents' DdqnAgent;
 the dueling head (Wang et al. 2016) is `DuelingQNetwork` below, since
 TF-Agents ships none.
 
-Acting is numpy (`numpy_policy`, head 'q_argmax'): a dueling head
+Acting is numpy (`acting.numpy_policy`, head 'q_argmax'): a dueling head
 Q = V + A - mean(A) is linear in the last hidden layer, so it exports as one
 equivalent Dense layer and the numpy forward pass is a plain MLP.
 """
@@ -24,7 +24,8 @@ from tf_agents.networks import network
 from tf_agents.networks import q_network
 from tf_agents.utils import common
 
-from rlds_reverb.learners import numpy_policy
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.learners import export
 
 
 def num_actions(action_spec: Any) -> int:
@@ -100,7 +101,7 @@ def make_dqn_agent(time_step_spec: Any, action_spec: Any, config: Any,
 def q_layers(net: network.Network) -> tuple[list[np.ndarray],
                                             list[np.ndarray]]:
   """Kernels and biases of a Q-network as one MLP (dueling head merged)."""
-  hidden = numpy_policy.dense_layers(net._encoder)  # pylint: disable=protected-access
+  hidden = export.dense_layers(net._encoder)  # pylint: disable=protected-access
   if isinstance(net, DuelingQNetwork):
     value, advantage = net._value_layer, net._advantage_layer  # pylint: disable=protected-access
     a_kernel, a_bias = advantage.kernel.numpy(), advantage.bias.numpy()

@@ -21,9 +21,9 @@ from rlds_reverb import convert
 from rlds_reverb import her
 from rlds_reverb import push
 from rlds_reverb import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import evaluation
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import envs
-from rlds_reverb.learners import evaluation
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import online
 

@@ -27,13 +27,14 @@ from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb import sampling
 from rlds_reverb import tables
+from rlds_reverb.acting import collect
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import evaluation
+from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import collect
-from rlds_reverb.learners import envs
-from rlds_reverb.learners import evaluation
+from rlds_reverb.learners import export
 from rlds_reverb.learners import her_offline
 from rlds_reverb.learners import loop
-from rlds_reverb.learners import numpy_policy
 from rlds_reverb.learners import offline_data
 from rlds_reverb.learners import online
 from rlds_reverb.replay import episode_table
@@ -350,7 +351,7 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
     # Both phases are drawn against gradient steps, so the run's curve goes
     # on where the offline phase stopped; each record also holds env_steps.
     def evaluate(phase: str) -> dict:
-      numpy_policy.update_weights(policy, agents.actor_network(agent))
+      export.update_weights(policy, agents.actor_network(agent))
       result = evaluation.evaluate(policy.greedy, config.env,
                                    config.eval_episodes,
                                    seed=10_000 + config.seed)
@@ -453,7 +454,7 @@ def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
           iterator = iter(batches)
         if ready:
           learner.train(iterator, config.train_every)
-          numpy_policy.update_weights(policy, agents.actor_network(
+          export.update_weights(policy, agents.actor_network(
               learner.agent))
         after = int(learner.env_steps.numpy())
         bar.update(after - before)

@@ -23,7 +23,7 @@ from rlds_reverb import convert
 from rlds_reverb import push
 from rlds_reverb import sampling
 from rlds_reverb import tables
-from rlds_reverb.learners import envs
+from rlds_reverb.acting import envs
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import memory as memory_lib
 

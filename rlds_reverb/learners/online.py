@@ -31,13 +31,14 @@ from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb import sampling
 from rlds_reverb import tables
+from rlds_reverb.acting import collect
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import evaluation
+from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import collect
 from rlds_reverb.learners import dqn
-from rlds_reverb.learners import envs
-from rlds_reverb.learners import evaluation
+from rlds_reverb.learners import export
 from rlds_reverb.learners import loop
-from rlds_reverb.learners import numpy_policy
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import follow
@@ -168,7 +169,7 @@ def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
   metadata = {'env': specs.env_id, 'agent': kind, **metadata}
   if kind in agents.DISCRETE_AGENTS:
     return dqn.export_q_policy(agent, specs.action_spec, metadata)
-  return numpy_policy.from_network(
+  return export.from_network(
       agents.actor_network(agent), agents.HEAD[kind], specs.action_spec,
       metadata=metadata)
 
@@ -179,7 +180,7 @@ def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
   if kind in agents.DISCRETE_AGENTS:
     policy.kernels, policy.biases = dqn.q_layers(agent._q_network)  # pylint: disable=protected-access
   else:
-    numpy_policy.update_weights(policy, agents.actor_network(agent))
+    export.update_weights(policy, agents.actor_network(agent))
 
 
 def explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,

@@ -1,9 +1,10 @@
 """Online collection: a numpy actor steps gymnasium envs into a Reverb table.
 
-Finished episodes are kept in RLDS layout (the same as `recording`: T + 1
-steps, the last holding the final observation) and written with the
-project's own `push_rlds_to_table`, so online data goes through exactly the
-conversion and writer that offline datasets do, terminal-discount fix on.
+Episodes are stepped and kept by `rollout` (the loop and episode buffer that
+`recording` uses too: RLDS layout, T + 1 steps, the last holding the final
+observation) and written with the project's own `push_rlds_to_table`, so
+online data goes through exactly the conversion and writer that offline
+datasets do, terminal-discount fix on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import tensorflow as tf
 import tree
 
 from rlds_reverb import push
-from rlds_reverb.learners import envs
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import rollout
 
 # (observations [n, ...] (a dict of them for goal envs), rng)
 #   -> (actions [n, ...], log-probs [n])
@@ -35,36 +37,6 @@ class CollectStats:
   last_returns: list[float] = dataclasses.field(default_factory=list)
   # Goal envs: info['is_success'] at the end of the last finished episodes.
   last_successes: list[float] = dataclasses.field(default_factory=list)
-
-
-def _row(observations: Any, i: int) -> Any:
-  """Env i's observation (each field of a dict observation)."""
-  return tree.map_structure(lambda x: x[i], observations)
-
-
-class _Episode:
-
-  def __init__(self, first_obs: Any):
-    self.observations = [first_obs]
-    self.actions, self.rewards = [], []
-
-  def to_rlds(self, terminated: bool, action_shape: tuple[int, ...],
-              action_dtype: np.dtype) -> dict[str, Any]:
-    n = len(self.observations)
-    return {
-        'observation': tree.map_structure(
-            lambda *steps: np.asarray(steps, np.float32),
-            *self.observations),
-        'action': np.concatenate([
-            np.asarray(self.actions, action_dtype).reshape((n - 1,) +
-                                                           action_shape),
-            np.zeros((1,) + action_shape, action_dtype)]),
-        'reward': np.asarray(self.rewards + [0.0], np.float32),
-        'discount': np.ones(n, np.float32),
-        'is_first': np.arange(n) == 0,
-        'is_last': np.arange(n) == n - 1,
-        'is_terminal': (np.arange(n) == n - 1) & terminated,
-    }
 
 
 class Collector:
@@ -91,15 +63,9 @@ class Collector:
     self._envs = gym.vector.SyncVectorEnv(
         [lambda: envs.make_env(env_id)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-    self._action_shape = tuple(self._envs.single_action_space.shape)
-    self._action_dtype = np.dtype(
-        np.int64 if isinstance(self._envs.single_action_space,
-                               gym.spaces.Discrete) else np.float32)
     self._rng = np.random.default_rng(seed)
-    self._obs, _ = self._envs.reset(seed=seed)
-    self._episodes = [_Episode(_row(self._obs, i)) for i in range(num_envs)]
-    self._resetting = np.zeros(num_envs, dtype=bool)
-    self._returns = np.zeros(num_envs)
+    self._rollout = rollout.Rollout(self._envs, rollout.layout_of(self._envs),
+                                    seed=seed)
     self.stats = CollectStats()
 
   @property
@@ -108,41 +74,20 @@ class Collector:
 
   def collect(self, num_steps: int, act: ActFn) -> list[float]:
     """Takes `num_steps` env steps in all; returns the finished returns."""
-    finished: list[dict[str, Any]] = []
-    returns: list[float] = []
-    successes: list[float] = []
-    taken = 0
-    while taken < num_steps:
-      actions, _ = act(self._obs, self._rng)
-      obs, rewards, terminated, truncated, infos = self._envs.step(actions)
-      for i in range(len(rewards)):
-        if self._resetting[i]:  # obs[i] starts a new episode.
-          self._episodes[i] = _Episode(_row(obs, i))
-          self._returns[i] = 0.0
-          continue
-        episode = self._episodes[i]
-        episode.actions.append(actions[i])
-        episode.rewards.append(float(rewards[i]))
-        episode.observations.append(_row(obs, i))
-        self._returns[i] += rewards[i]
-        taken += 1
-        if terminated[i] or truncated[i]:
-          finished.append(episode.to_rlds(bool(terminated[i]),
-                                          self._action_shape,
-                                          self._action_dtype))
-          returns.append(float(self._returns[i]))
-          if 'is_success' in infos:
-            successes.append(float(infos['is_success'][i]))
-      self._resetting = terminated | truncated
-      self._obs = obs
+    finished: list[rollout.Episode] = []
+    taken = self._rollout.run(lambda obs: act(obs, self._rng),
+                              finished.append, num_steps=num_steps)
     self.stats.env_steps += taken
+    returns = [episode.episode_return for episode in finished]
     if finished:
-      self._write(finished)
+      steps = [episode.steps for episode in finished]
+      self._write(steps)
       if self._on_episodes is not None:
-        self._on_episodes(finished)
+        self._on_episodes(steps)
       self.stats.episodes += len(finished)
       self.stats.last_returns = returns
-      self.stats.last_successes = successes
+      self.stats.last_successes = [episode.success for episode in finished
+                                   if episode.success is not None]
     return returns
 
   def _write(self, episodes: list[dict[str, Any]]) -> None:

@@ -12,7 +12,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from rlds_reverb.learners import envs
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import rollout
 
 # batch of obs (a dict of batches for goal envs) -> batch of actions
 ActFn = Callable[[Any], np.ndarray]
@@ -55,26 +56,24 @@ def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
   vector = gym.vector.SyncVectorEnv(
       [lambda: envs.make_env(env_id)] * num_episodes,
       autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+  episodes: list[rollout.Episode] = []
   try:
-    obs, _ = vector.reset(seed=[seed + i for i in range(num_episodes)])
-    returns = np.zeros(num_episodes)
-    lengths = np.zeros(num_episodes, dtype=int)
-    running = np.ones(num_episodes, dtype=bool)
-    success = np.zeros(num_episodes)
-    has_success = False
-    while running.any():
-      obs, rewards, terminated, truncated, infos = vector.step(act(obs))
-      returns += np.where(running, rewards, 0.0)
-      lengths += running
-      if 'is_success' in infos:
-        has_success = True
-        success = np.where(running, infos['is_success'], success)
-      running &= ~(terminated | truncated)
+    # One episode per sub-env: the n episodes start at the reset.
+    rollout.Rollout(
+        vector, rollout.layout_of(vector),
+        seed=[seed + i for i in range(num_episodes)],
+        max_episodes=num_episodes).run(
+            lambda obs: (act(obs), None), episodes.append,
+            num_episodes=num_episodes)
   finally:
     vector.close()
+  episodes.sort(key=lambda episode: episode.number)
+  returns = [episode.episode_return for episode in episodes]
+  successes = [episode.success for episode in episodes]
   average = float(np.mean(returns))
-  return EvalResult(returns=returns.tolist(), lengths=lengths.tolist(),
+  return EvalResult(returns=returns,
+                    lengths=[episode.num_steps for episode in episodes],
                     average_return=average, std_return=float(np.std(returns)),
                     normalized_score=envs.normalized_score(env_id, average),
-                    success_rate=(float(np.mean(success)) if has_success
-                                  else None))
+                    success_rate=(None if None in successes
+                                  else float(np.mean(successes))))

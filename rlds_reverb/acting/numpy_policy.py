@@ -3,8 +3,10 @@
 Acting (data generation, evaluation, online collection) runs one tiny MLP
 per environment step; a TF-Agents policy call costs a graph dispatch per
 step, a numpy forward pass a few microseconds. The learner's actor network
-is exported here after training (or every few thousand steps for the online
-actor), and shipped behaviour policies are these files.
+is exported to this form after training (or every few thousand steps for the
+online actor; `rlds_reverb.learners.export` reads the TF network, this
+module never imports TensorFlow), and shipped behaviour policies are these
+files.
 
 Three heads, matching the TF-Agents networks the learners use:
   'tanh_normal'  ActorDistributionNetwork + TanhNormalProjectionNetwork (SAC,
@@ -189,56 +191,3 @@ def load(path: str) -> NumpyPolicy:
           metadata=json.loads(str(data['metadata'])))
     except KeyError as e:
       raise ValueError(f'{path} is not a policy file: missing {e}') from None
-
-
-def dense_layers(network: Any) -> list[Any]:
-  """The Keras Dense layers of a TF-Agents actor network, in call order."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  found = []
-
-  def walk(layer):
-    if isinstance(layer, tf.keras.layers.Dense):
-      found.append(layer)
-      return
-    # TF-Agents networks keep their sub-layers in these attributes.
-    for name in ('_encoder', '_postprocessing_layers', '_mlp_layers',
-                 '_projection_networks', '_projection_layer'):
-      child = getattr(layer, name, None)
-      if child is None:
-        continue
-      for sub in (child if isinstance(child, (list, tuple)) else [child]):
-        walk(sub)
-
-  walk(network)
-  return found
-
-
-def from_network(network: Any, head: str, action_spec: Any, *,
-                 obs_mean: np.ndarray | None = None,
-                 obs_std: np.ndarray | None = None,
-                 metadata: dict[str, Any] | None = None) -> NumpyPolicy:
-  """Copies the weights of a built TF-Agents actor network.
-
-  Raises:
-    ValueError: the network has no Dense layers (not built, or not an MLP).
-  """
-  layers = dense_layers(network)
-  if not layers or not layers[0].weights:
-    raise ValueError('actor network has no built Dense layers to export')
-  kernels = [layer.kernel.numpy() for layer in layers]
-  biases = [layer.bias.numpy() for layer in layers]
-  return NumpyPolicy(
-      head=head, kernels=kernels, biases=biases,
-      action_low=np.asarray(action_spec.minimum, np.float32) *
-      np.ones(action_spec.shape, np.float32),
-      action_high=np.asarray(action_spec.maximum, np.float32) *
-      np.ones(action_spec.shape, np.float32),
-      obs_mean=obs_mean, obs_std=obs_std, metadata=dict(metadata or {}))
-
-
-def update_weights(policy: NumpyPolicy, network: Any) -> None:
-  """Refreshes `policy` in place from `network` (the online actor's sync)."""
-  for i, layer in enumerate(dense_layers(network)):
-    policy.kernels[i] = layer.kernel.numpy()
-    policy.biases[i] = layer.bias.numpy()
-

@@ -1,9 +1,9 @@
-"""Gymnasium environments as TF-Agents specs, and the D4RL score scale.
+"""Gymnasium environments: making them, TF-Agents specs, the D4RL score scale.
 
-The learners never step a TF-Agents environment (acting is numpy, see
-`numpy_policy`), but TF-Agents agents are built from specs; these come from
-the gymnasium spaces: float32 observations and Box actions, as the agents
-compute, and int64 actions for Discrete spaces (DQN).
+Nothing here steps a TF-Agents environment (acting is numpy, see
+`numpy_policy` and `rollout`), but TF-Agents agents are built from specs;
+these come from the gymnasium spaces: float32 observations and Box actions,
+as the agents compute, and int64 actions for Discrete spaces (DQN).
 """
 
 from __future__ import annotations

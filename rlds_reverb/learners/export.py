@@ -1,0 +1,68 @@
+"""TF-Agents actor networks -> numpy policies (`acting.numpy_policy`).
+
+The acting layer runs policies without TensorFlow; this module is the one
+place that reads a TF-Agents network's Keras Dense layers into a
+`NumpyPolicy`, once at export and in place at each refresh of the online
+actor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from rlds_reverb.acting import numpy_policy
+
+
+def dense_layers(network: Any) -> list[Any]:
+  """The Keras Dense layers of a TF-Agents actor network, in call order."""
+  found = []
+
+  def walk(layer):
+    if isinstance(layer, tf.keras.layers.Dense):
+      found.append(layer)
+      return
+    # TF-Agents networks keep their sub-layers in these attributes.
+    for name in ('_encoder', '_postprocessing_layers', '_mlp_layers',
+                 '_projection_networks', '_projection_layer'):
+      child = getattr(layer, name, None)
+      if child is None:
+        continue
+      for sub in (child if isinstance(child, (list, tuple)) else [child]):
+        walk(sub)
+
+  walk(network)
+  return found
+
+
+def from_network(network: Any, head: str, action_spec: Any, *,
+                 obs_mean: np.ndarray | None = None,
+                 obs_std: np.ndarray | None = None,
+                 metadata: dict[str, Any] | None = None
+                 ) -> numpy_policy.NumpyPolicy:
+  """Copies the weights of a built TF-Agents actor network.
+
+  Raises:
+    ValueError: the network has no Dense layers (not built, or not an MLP).
+  """
+  layers = dense_layers(network)
+  if not layers or not layers[0].weights:
+    raise ValueError('actor network has no built Dense layers to export')
+  kernels = [layer.kernel.numpy() for layer in layers]
+  biases = [layer.bias.numpy() for layer in layers]
+  return numpy_policy.NumpyPolicy(
+      head=head, kernels=kernels, biases=biases,
+      action_low=np.asarray(action_spec.minimum, np.float32) *
+      np.ones(action_spec.shape, np.float32),
+      action_high=np.asarray(action_spec.maximum, np.float32) *
+      np.ones(action_spec.shape, np.float32),
+      obs_mean=obs_mean, obs_std=obs_std, metadata=dict(metadata or {}))
+
+
+def update_weights(policy: numpy_policy.NumpyPolicy, network: Any) -> None:
+  """Refreshes `policy` in place from `network` (the online actor's sync)."""
+  for i, layer in enumerate(dense_layers(network)):
+    policy.kernels[i] = layer.kernel.numpy()
+    policy.biases[i] = layer.bias.numpy()
