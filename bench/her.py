@@ -40,7 +40,7 @@ from rlds_reverb import her
 from rlds_reverb import push
 from rlds_reverb import tables
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import her_offline
+from rlds_reverb.learners import offline_data
 
 ENV = 'FetchReach-v4'
 TABLE = 'her'
@@ -113,7 +113,7 @@ def main() -> None:
   batch = args.batch_size
 
   specs = envs.env_specs(ENV)
-  rlds_data = her_offline.check_goal_data(datasets.load(args.dataset), specs)
+  rlds_data = offline_data.check_goal_data(datasets.load(args.dataset), specs)
   spec = convert.create_trajectory_data_spec(rlds_data)
   server = tables.start_server([her.make_table(TABLE, spec,
                                                max_episodes=100_000)])

@@ -15,7 +15,7 @@ from rlds_reverb import per
 from rlds_reverb import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import online
+from rlds_reverb.learners import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import memory as memory_lib
@@ -54,7 +54,7 @@ def _memory(spec, lengths, capacity=None):
 
 
 def test_draws_follow_p_to_the_alpha(cartpole):
-  spec = online.trajectory_spec(cartpole)
+  spec = run.trajectory_spec(cartpole)
   memory = _memory(spec, [9])  # Transitions at rows 0..7.
   config = per.PerConfig(alpha=0.6)
   feed = feeds.PrioritizedFeed(memory, 512, config)
@@ -81,7 +81,7 @@ def test_draws_follow_p_to_the_alpha(cartpole):
 
 
 def test_new_transitions_at_the_running_max_evicted_at_zero(cartpole):
-  spec = online.trajectory_spec(cartpole)
+  spec = run.trajectory_spec(cartpole)
   memory = memory_lib.TransitionMemory(spec, 10)
   feed = feeds.PrioritizedFeed(memory, 4, per.PerConfig(alpha=0.5))
   added = memory.add([_episode(spec, 4, 0), _episode(spec, 4, 1)])
@@ -99,7 +99,7 @@ def test_new_transitions_at_the_running_max_evicted_at_zero(cartpole):
 
 
 def test_train_step_weights_and_updates_only_the_sampled_rows(cartpole):
-  spec = online.trajectory_spec(cartpole)
+  spec = run.trajectory_spec(cartpole)
   memory = _memory(spec, [30, 30])
   config = per.PerConfig(alpha=0.6, beta0=0.4, beta_steps=100)
   feed = feeds.PrioritizedFeed(memory, 8, config)
@@ -132,7 +132,7 @@ def test_train_step_weights_and_updates_only_the_sampled_rows(cartpole):
 
 def test_priorities_survive_a_reverb_checkpoint_and_restore(cartpole,
                                                             tmp_path):
-  spec = online.trajectory_spec(cartpole)
+  spec = run.trajectory_spec(cartpole)
   episodes = [_episode(spec, n, seed=i) for i, n in enumerate([5, 8, 1, 6])]
   checkpoints = str(tmp_path / 'reverb')
 
@@ -181,7 +181,7 @@ def test_priorities_survive_a_reverb_checkpoint_and_restore(cartpole,
 
 
 def test_mixed_feed_takes_each_part_from_its_memory(cartpole):
-  spec = online.trajectory_spec(cartpole)
+  spec = run.trajectory_spec(cartpole)
   first, second = _memory(spec, [5]), _memory(spec, [7])
   second.add([_episode(spec, 7, seed=9)])
   mixed = feeds.MixedFeed(feeds.UniformFeed(first, 3),
@@ -197,7 +197,7 @@ def test_mixed_feed_takes_each_part_from_its_memory(cartpole):
 
 
 def test_bad_feed_arguments(cartpole):
-  memory = _memory(online.trajectory_spec(cartpole), [3])
+  memory = _memory(run.trajectory_spec(cartpole), [3])
   with pytest.raises(ValueError, match='batch_size'):
     feeds.UniformFeed(memory, 0)
   with pytest.raises(ValueError, match='n_step'):

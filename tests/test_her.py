@@ -22,7 +22,7 @@ from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import loop
-from rlds_reverb.learners import online
+from rlds_reverb.learners import run
 
 BATCH = 256
 
@@ -359,7 +359,7 @@ def test_fetchreach_rewards_are_the_envs_and_critic_loss_falls(tmp_path):
   relabelled batch is FetchReach's own compute_reward; TD3 trained on the
   HER batches fits its critic."""
   specs = envs.env_specs('FetchReach-v4')
-  data_spec = online.trajectory_spec(specs)
+  data_spec = run.trajectory_spec(specs)
   server = tables.start_server([her.make_table('online', data_spec,
                                                max_episodes=100)])
   env = envs.make_env('FetchReach-v4')
@@ -420,10 +420,10 @@ def test_a_saved_her_policy_takes_raw_observations(tmp_path):
          'achieved_goal': rng.normal(0.5, 0.1, (64, 3)),
          'desired_goal': rng.normal(0.5, 0.1, (64, 3))}
   obs['observation'][0, 0] = 50.0  # beyond the +-5 clip once normalised
-  actor = online.export_policy(agent, 'td3', specs)
+  actor = run.export_policy(agent, 'td3', specs)
   expected = actor.greedy(her.ObservationFlattener(normalizer)(obs))
   path = str(tmp_path / 'policy.npz')
-  her.with_normalizer(online.export_policy(agent, 'td3', specs),
+  her.with_normalizer(run.export_policy(agent, 'td3', specs),
                       normalizer).save(path)
   loaded = numpy_policy.load(path)
   raw = np.concatenate([obs['observation'], obs['desired_goal']], -1)

@@ -19,6 +19,7 @@ from rlds_reverb.learners import agents
 from rlds_reverb.learners import dqn
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import online
+from rlds_reverb.learners import run
 from test_learners import _fixed_batch  # pylint: disable=g-bad-import-order
 
 TABLE = 'per'
@@ -33,7 +34,7 @@ def cartpole():
 
 @pytest.fixture(scope='module')
 def data_spec(cartpole):
-  return online.trajectory_spec(cartpole)
+  return run.trajectory_spec(cartpole)
 
 
 def _server(data_spec, max_size=1000, alpha=0.6):
@@ -419,11 +420,13 @@ def test_prioritized_offline_training_moves_the_priorities(tmp_path):
 def test_offline_config_errors():
   from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
   base = dict(dataset='d', root_dir='/tmp/x', replay='prioritized')
+  specs = envs.env_specs('HalfCheetah-v5')
   with pytest.raises(ValueError, match='bc has no TD error'):
-    offline._check(offline.OfflineConfig(agent='bc', **base))  # pylint: disable=protected-access
+    offline._check(offline.OfflineConfig(agent='bc', **base), specs)  # pylint: disable=protected-access
   with pytest.raises(ValueError, match='offline phase only'):
     offline._check(offline.OfflineConfig(  # pylint: disable=protected-access
-        agent='td3_bc', online_finetune_steps=10, **base))
+        agent='td3_bc', online_finetune_steps=10, **base), specs)
   with pytest.raises(ValueError, match='replay must be one of'):
     offline._check(offline.OfflineConfig(agent='td3_bc', dataset='d',  # pylint: disable=protected-access
-                                         root_dir='/tmp/x', replay='rank'))
+                                         root_dir='/tmp/x', replay='rank'),
+                    specs)

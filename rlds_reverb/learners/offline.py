@@ -1,11 +1,16 @@
 """Offline training from a Reverb table, and offline-to-online fine-tuning.
 
-`train_offline` pushes a dataset into a table (or reads an existing one),
-trains BC, TD3+BC or CQL-SAC from uniform samples of all of it, evaluates
-in the real environment every `eval_interval` gradient steps (average
-return and D4RL normalised score) and, with `online_finetune_steps`, goes
-on online: a second table takes fresh episodes and every batch is half
-offline, half online (symmetric sampling, as RLPD does).
+`train_offline` pushes a dataset into an episode table (or reads an existing
+table), reads it once into the learner's memory and trains BC, TD3+BC or
+CQL-SAC (or, on goal data with `her_config`, TD3 / TD3+BC / SAC with
+hindsight relabelling) from batches drawn in-graph; it evaluates in the real
+environment every `eval_interval` gradient steps (average return and D4RL
+normalised score, or success rate). With `online_finetune_steps` it goes on
+online: a second episode table takes fresh episodes and every batch is half
+offline, half online (symmetric sampling, as RLPD does). `feed='stream'`
+samples 2-step items from Reverb for every batch instead (a remote table too
+big for the learner's memory). The run loop is `run`'s, shared with online
+training.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+import gin
 import numpy as np
 import tensorflow as tf
 import tqdm
@@ -25,64 +31,92 @@ from rlds_reverb import convert
 from rlds_reverb import datasets
 from rlds_reverb import her
 from rlds_reverb import per
-from rlds_reverb import sampling
 from rlds_reverb import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
-from rlds_reverb.acting import evaluation
-from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import export
-from rlds_reverb.learners import her_offline
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline_data
-from rlds_reverb.learners import online
+from rlds_reverb.learners import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
-from rlds_reverb.replay import follow
-from rlds_reverb.replay import memory as memory_lib
+from rlds_reverb.replay import variants
 
 OFFLINE_TABLE = 'rlds'
+FINETUNE_TABLE = 'online'
 FEEDS = ('memory', 'stream')
+# Agents that train offline from goal data with hindsight relabelling.
+HER_OFFLINE_AGENTS = ('td3', 'td3_bc', 'sac')
 NORMALIZATION_FILE = 'observation_stats.npz'
 
 
+@gin.configurable
 @dataclasses.dataclass
 class OfflineConfig:
-  """An offline run; each field is the `pipelines.train` flag of that name."""
+  """An offline run; each field is the `pipelines.train` flag of that name
+  (train_steps is --steps)."""
   agent: str
+  """bc, td3_bc or cql_sac; with her_config: td3, td3_bc or sac."""
   dataset: str
+  """TFDS name[/config] or local directory of the RLDS data (or a label
+  for the run when reverb_address names the table)."""
   root_dir: str
+  """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
+  running again resumes from it."""
   env: str = 'HalfCheetah-v5'
+  """The env the data comes from: shapes are checked against it and the
+  policy is evaluated in it."""
   split: str = 'train'
+  """TFDS split of the dataset."""
   data_dir: str | None = None
+  """TFDS data_dir for a dataset given by name."""
   download: bool = True
+  """Let TFDS download a named dataset that is not prepared yet."""
   max_episodes: int = 0
+  """Use only the first N episodes; 0: all."""
   reverb_address: str = ''
+  """Read an existing table at this address instead of pushing the
+  dataset (an episode table with feed 'memory')."""
   table: str = OFFLINE_TABLE
+  """The offline table's name."""
   train_steps: int = 300_000
+  """Gradient steps of the offline phase."""
   batch_size: int = 256
+  """Transitions per gradient step."""
   eval_interval: int = 10_000
+  """Gradient steps between evaluations."""
   eval_episodes: int = 10
+  """Episodes per evaluation."""
   checkpoint_interval: int = 10_000
-  normalize_observations: bool | None = None  # None: on for td3_bc only
+  """Gradient steps between checkpoints (and at the end)."""
+  normalize_observations: bool | None = None
+  """Normalise observations with the data's mean and std; None: on for
+  td3_bc only (Fujimoto & Gu)."""
   online_finetune_steps: int = 0
+  """Env steps of offline-to-online fine-tuning after the offline phase."""
   train_every: int = 1000
+  """Fine-tuning: env steps per phase, then as many gradient steps."""
   exploration_noise: float = 0.1
-  replay: str = 'uniform'  # or 'prioritized' (the offline table)
-  # 'memory': the table holds whole episodes, read once into the learner's
-  # memory and sampled in-graph; 'stream': 2-step items sampled from Reverb
-  # for every batch (a remote table too big for the learner's memory).
+  """Fine-tuning: Gaussian action noise of the actor."""
+  replay: str = 'uniform'
+  """uniform or prioritized (proportional PER over the offline data)."""
   feed: str = 'memory'
-  n_step: int = 1  # memory feed: n-step returns (1: one-step TD)
-  # None: per.PerConfig defaults, beta annealed over all train_steps.
+  """'memory': whole episodes read once into the learner's memory and
+  sampled in-graph; 'stream': 2-step items sampled from Reverb for every
+  batch (a remote table too big for the learner's memory)."""
+  n_step: int = 1
+  """Memory feed: n-step returns (1: one-step TD)."""
   per_config: per.PerConfig | None = None
-  # Goal-conditioned data: hindsight relabelling (`her_offline`).
+  """PER settings; None: defaults, beta annealed over all train_steps."""
   her_config: her.HerConfig | None = None
+  """Goal-conditioned data: hindsight relabelling (None: off)."""
   her_normalize: bool = True
+  """HER: running observation/goal normalisation."""
   seed: int = 0
+  """Seed of TensorFlow, the evaluation episodes and fine-tuning's actor."""
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
+  """The agent's hyper-parameters."""
 
   @property
   def prioritized(self) -> bool:
@@ -94,15 +128,20 @@ class OfflineConfig:
 
   @property
   def normalizes(self) -> bool:
+    if self.her_config is not None:
+      return False  # HER normalises with its own running statistics.
     if self.normalize_observations is None:
       return self.agent == 'td3_bc'
     return self.normalize_observations
 
 
-def _check(config: OfflineConfig) -> None:
-  if config.agent not in agents.OFFLINE_AGENTS:
-    raise ValueError(f'agent {config.agent!r} is not an offline agent; one '
-                     f'of: {", ".join(agents.OFFLINE_AGENTS)}')
+def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
+  her_run = config.her_config is not None
+  allowed = HER_OFFLINE_AGENTS if her_run else agents.OFFLINE_AGENTS
+  if config.agent not in allowed:
+    raise ValueError(f'agent {config.agent!r} does not train offline'
+                     f'{" with HER" if her_run else ""}; one of: '
+                     f'{", ".join(allowed)}')
   for name in ('train_steps', 'batch_size', 'eval_interval', 'eval_episodes',
                'checkpoint_interval', 'train_every'):
     if getattr(config, name) < 1:
@@ -115,12 +154,17 @@ def _check(config: OfflineConfig) -> None:
                      'cql_sac with --online_finetune_steps')
   if config.online_finetune_steps and config.batch_size < 2:
     raise ValueError('symmetric sampling needs batch_size >= 2')
+  if config.online_finetune_steps and config.feed != 'memory':
+    raise ValueError('fine-tuning mixes two in-memory feeds: drop --feed '
+                     'stream or online_finetune_steps')
   if config.feed not in FEEDS:
     raise ValueError(f'feed must be one of {", ".join(FEEDS)}, got '
                      f'{config.feed!r}')
-  if config.n_step < 1 or (config.n_step > 1 and config.feed != 'memory'):
-    raise ValueError(f'n_step must be >= 1 and needs the memory feed, got '
-                     f'n_step={config.n_step} with feed {config.feed!r}')
+  if config.n_step < 1 or (config.n_step > 1 and (
+      config.feed != 'memory' or her_run)):
+    raise ValueError(f'n_step must be >= 1, and > 1 needs the memory feed '
+                     f'without her; got n_step={config.n_step} with feed '
+                     f'{config.feed!r}')
   if config.replay not in per.REPLAYS:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')
@@ -131,72 +175,230 @@ def _check(config: OfflineConfig) -> None:
     raise ValueError('prioritized replay covers the offline phase only; '
                      'fine-tuning samples both tables uniformly: drop '
                      'prioritized replay or online_finetune_steps')
+  if her_run:
+    if not specs.goal_conditioned:
+      raise ValueError(f'HER needs a goal env (dict observations with '
+                       f'{", ".join(envs.GOAL_KEYS)}); {config.env} has a '
+                       'flat observation')
+    for unsupported, why in (
+        (config.reverb_address, 'reverb_address (HER pushes the dataset '
+         'into its own episode table)'),
+        (config.online_finetune_steps, 'online_finetune_steps'),
+        (config.prioritized, 'prioritized replay'),
+        (config.feed != 'memory', 'feed stream')):
+      if unsupported:
+        raise ValueError(f'offline HER does not take {why}')
 
 
-class _Tables:
-  """The offline table (ours or external) and, for fine-tuning, ours online."""
-
-  def __init__(self, config: OfflineConfig, specs: envs.EnvSpecs,
-               data_spec: Any):
-    self.server = None
-    table_list = []
-    if not config.reverb_address and config.feed == 'memory':
-      table_list.append(episode_table.make_table(
-          config.table, data_spec,
-          max_episodes=offline_data.UNBOUNDED_TABLE_SIZE))
-      if config.prioritized:
-        table_list.append(feeds.make_priority_table(config.table))
-    elif not config.reverb_address:
-      table_list.append(tables.make_table(
-          config.table, data_spec,
-          max_size=offline_data.UNBOUNDED_TABLE_SIZE,
-          sampler='prioritized' if config.prioritized else 'uniform',
-          alpha=config.per_settings.alpha, min_size_to_sample=1))
-    if config.online_finetune_steps and config.feed == 'memory':
-      table_list.append(episode_table.make_table(
-          online.ONLINE_TABLE, online.trajectory_spec(specs),
-          max_episodes=max(config.online_finetune_steps, 1)))
-    elif config.online_finetune_steps:
-      table_list.append(tables.make_table(
-          online.ONLINE_TABLE, online.trajectory_spec(specs),
-          max_size=max(config.online_finetune_steps, 1),
-          min_size_to_sample=config.batch_size // 2))
-    if table_list:
-      # Checkpointed with the run, so a resumed run neither pushes again
-      # nor loses its online data.
-      self.server = tables.start_server(
-          table_list, checkpoint_dir=os.path.join(config.root_dir,
-                                                  online.REVERB_CHECKPOINTS))
-    self.local_address = (f'localhost:{self.server.port}' if self.server
-                          else None)
-    self.offline_address = config.reverb_address or self.local_address
-    self.offline_client = (
-        tables.connect(config.reverb_address) if config.reverb_address
-        else self.server.localhost_client())
-    if (config.prioritized and config.reverb_address
-        and config.feed == 'stream'):
-      per.check_prioritized(self.offline_client, config.table)
-
-  def checkpoint(self) -> None:
-    if self.server is not None:
-      tables.checkpoint(self.server.localhost_client())
-
-  def stop(self) -> None:
-    if self.server is not None:
-      self.server.stop()
-      self.server = None
+def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
+  rlds_data = datasets.load(config.dataset, split=config.split,
+                            data_dir=config.data_dir, download=config.download)
+  if config.max_episodes:
+    rlds_data = rlds_data.take(config.max_episodes)
+  return rlds_data
 
 
-def load_offline_data(config: OfflineConfig, specs: envs.EnvSpecs,
-                      rlds_data: tf.data.Dataset | None, data_spec: Any,
-                      reverb_tables: _Tables, show_progress: bool
-                      ) -> offline_data.TableData:
-  """Reads the existing table, or pushes the dataset into ours."""
-  client, address = reverb_tables.offline_client, reverb_tables.offline_address
-  if rlds_data is None:
-    return offline_data.existing_table(client, address, config.table, specs)
+def _replay(config: OfflineConfig, specs: envs.EnvSpecs, data_spec: Any,
+            reward_env: Any) -> Any:
+  """The offline data's replay variant (memory feed)."""
+  settings = variants.Settings(
+      table=config.table, data_spec=data_spec, batch_size=config.batch_size,
+      capacity=1, max_episodes=offline_data.UNBOUNDED_TABLE_SIZE, grow=True,
+      n_step=config.n_step, gamma=config.agent_config.gamma)
+  if config.her_config is not None:
+    return variants.HindsightReplay(settings, config.her_config, reward_env,
+                                    normalize=config.her_normalize)
+  if config.prioritized:
+    return variants.PrioritizedReplay(settings, config.per_settings)
+  return variants.UniformReplay(settings)
+
+
+def _finetune_replay(config: OfflineConfig,
+                     specs: envs.EnvSpecs) -> variants.UniformReplay:
+  return variants.UniformReplay(variants.Settings(
+      table=FINETUNE_TABLE, data_spec=run.trajectory_spec(specs),
+      batch_size=config.batch_size // 2,
+      capacity=config.online_finetune_steps + (specs.max_episode_steps or
+                                               1000),
+      max_episodes=max(config.online_finetune_steps, 1),
+      gamma=config.agent_config.gamma))
+
+
+def _observation_stats(config: OfflineConfig, memory: Any,
+                       data: offline_data.TableData | None
+                       ) -> tuple[np.ndarray | None, np.ndarray | None]:
+  if not config.normalizes:
+    return None, None
+  path = os.path.join(config.root_dir, NORMALIZATION_FILE)
+  if os.path.exists(path):  # Resumed: the networks were trained on these.
+    with np.load(path) as saved:
+      return saved['mean'], saved['std']
+  mean, std = (offline_data.memory_observation_stats(memory)
+               if memory is not None else offline_data.observation_stats(data))
+  os.makedirs(config.root_dir, exist_ok=True)
+  np.savez(path, mean=mean, std=std)
+  return mean, std
+
+
+def _checked_data(config: OfflineConfig, specs: envs.EnvSpecs
+                  ) -> tuple[tf.data.Dataset | None, Any]:
+  """The dataset, checked against the env and cast, and its spec."""
+  if config.reverb_address:
+    return None, None
+  rlds_data = load_dataset(config)
+  if config.her_config is not None:
+    rlds_data = offline_data.check_goal_data(rlds_data, specs)
+  else:
+    rlds_data = offline_data.check_and_cast(rlds_data, specs)
+  return rlds_data, convert.create_trajectory_data_spec(rlds_data)
+
+
+def train_offline(config: OfflineConfig, *, show_progress: bool = True
+                  ) -> dict:
+  """Runs the offline phase (and fine-tuning); returns the final summary."""
+  specs = envs.env_specs(config.env)
+  _check(config, specs)
+  tf.random.set_seed(config.seed)
+  os.makedirs(config.root_dir, exist_ok=True)
+  rlds_data, data_spec = _checked_data(config, specs)
+  reward_env = (envs.make_env(config.env) if config.her_config is not None
+                else None)
+  server, client, address = None, None, config.reverb_address
+  if config.reverb_address:
+    client = tables.connect(config.reverb_address)
+    external = offline_data.existing_table(client, address, config.table,
+                                           specs)
+    data_spec = external.data_spec
+  replay = (_replay(config, specs, data_spec, reward_env)
+            if config.feed == 'memory' else None)
+  finetune_replay = (_finetune_replay(config, specs)
+                     if config.online_finetune_steps else None)
+  local_tables = []
+  if not config.reverb_address:
+    local_tables += (replay.tables() if replay is not None else [
+        tables.make_table(
+            config.table, data_spec,
+            max_size=offline_data.UNBOUNDED_TABLE_SIZE,
+            sampler='prioritized' if config.prioritized else 'uniform',
+            alpha=config.per_settings.alpha, min_size_to_sample=1)])
+  if finetune_replay is not None:
+    local_tables += finetune_replay.tables()
+  try:
+    if local_tables:
+      # Checkpointed with the run: a resumed run neither pushes again nor
+      # loses its online data.
+      server = tables.start_server(local_tables, checkpoint_dir=os.path.join(
+          config.root_dir, run.REVERB_CHECKPOINTS))
+    local_client = server.localhost_client() if server else None
+    if not config.reverb_address:
+      client, address = local_client, f'localhost:{server.port}'
+    data = _fill_table(config, rlds_data, data_spec, client, address,
+                       show_progress)
+    if config.prioritized and config.feed == 'stream':
+      per.check_prioritized(client, config.table)
+    agent = agents.make_agent(config.agent, specs.time_step_spec,
+                              specs.action_spec, config.agent_config)
+    max_priority = per.MaxPriority()
+    extra = (replay.checkpoint_state() if replay is not None else
+             {'max_priority': max_priority.variable})
+    learner = loop.Learner(agent, config.root_dir, **extra)
+    learner.restore()
+    load_seconds = None
+    if replay is not None:
+      t0 = time.perf_counter()
+      with tqdm.tqdm(desc=f'load {config.table}', unit='step',
+                     disable=not show_progress) as bar:
+        replay.start(client, progress=bar.update)
+      load_seconds = time.perf_counter() - t0
+    mean, std = _observation_stats(
+        config, replay.memory if replay is not None else None, data)
+    normalize = offline_data.normalizer(mean, std)
+    if replay is not None:
+      source = replay.feed(transform=normalize)
+      train_step = replay.train_step(agent)
+    else:
+      source, train_step = _stream(config, data, agent, normalize,
+                                   max_priority)
+    if train_step is not None:
+      learner.set_train_step(train_step)
+    this_run = run.Run(
+        learner, config.agent, specs, config.root_dir, client=local_client,
+        write_back=(lambda: replay.write_back(client)) if replay else
+        (lambda: None),
+        view=replay.actor_view() if replay else None,
+        refresh_view=replay.refresh_actor_view if replay else (lambda: None),
+        normalizer=getattr(replay, 'normalizer', None),
+        dataset=config.dataset, seed=config.seed)
+    this_run.policy.obs_mean, this_run.policy.obs_std = mean, std
+    summary = {'agent': config.agent, 'dataset': config.dataset,
+               'env': config.env, 'seed': config.seed,
+               'replay': config.replay, 'feed': config.feed,
+               'table_size': data.table_size,
+               'batch_size': config.batch_size}
+    if replay is not None:
+      summary.update(transitions=int(replay.memory.num_transitions),
+                     load_seconds=round(load_seconds, 2),
+                     memory_bytes=replay.memory.bytes)
+    if config.her_config is not None:
+      summary.update(her=config.her_config.strategy, k=config.her_config.k)
+    goal = config.her_config is not None
+    how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}, '
+           if goal else '')
+    title = f'{config.agent} on {config.dataset}, {how}seed {config.seed}'
+    metric = 'success_rate' if goal else 'average_return'
+
+    def evaluate(phase: str, bar) -> dict:
+      # Both phases are drawn against gradient steps, so the run's curve
+      # goes on where the offline phase stopped; records hold env_steps too.
+      return this_run.evaluate(config.eval_episodes, config.seed,
+                               x='train_step', title=title, metric=metric,
+                               bar=bar, phase=phase)
+
+    with run.progress(config.train_steps, learner.train_step, 'grad step',
+                      f'{config.agent} offline', show_progress) as bar:
+      phase = run.OfflinePhase(learner, source, config.train_steps,
+                               (config.eval_interval,
+                                config.checkpoint_interval), bar)
+      run.run_phases(lambda: learner.train_step, config.train_steps, phase,
+                     [run.Every(config.eval_interval,
+                                lambda _: evaluate('offline', bar)),
+                      run.Every(config.checkpoint_interval,
+                                this_run.checkpoint)], bar)
+    record = this_run.last_record or evaluate('offline', None)
+    summary.update(
+        offline_return=record['average_return'],
+        offline_normalized_score=record.get('normalized_score'),
+        train_steps=learner.train_step,
+        grad_steps_per_s=phase.steps_per_second,
+        sampled_transitions_per_s=(
+            round(phase.steps_per_second * config.batch_size)
+            if phase.steps_per_second else None))
+    if goal:
+      summary.update(success_rate=record.get('success_rate'),
+                     average_return=record.get('average_return'))
+    this_run.export('policy_offline.npz', train_step=learner.train_step)
+    if finetune_replay is not None:
+      summary.update(_finetune(config, specs, this_run, replay,
+                               finetune_replay, normalize, local_client,
+                               evaluate, show_progress))
+    return summary
+  finally:
+    if reward_env is not None:
+      reward_env.close()
+    if server is not None:
+      server.stop()
+
+
+def _fill_table(config: OfflineConfig, rlds_data: tf.data.Dataset | None,
+                data_spec: Any, client: Any, address: str,
+                show_progress: bool) -> offline_data.TableData:
+  """Pushes the dataset into our empty table (whole episodes for the memory
+  feed, 2-step items to stream); an existing or restored table is used as
+  it is."""
   size = tables.get_table_info(client, config.table).current_size
-  if size:  # Restored from the run's Reverb checkpoint.
+  if rlds_data is None or size:  # Theirs, or restored from our checkpoint.
+    if config.feed == 'memory':
+      episode_table.check_episode_table(client, config.table)
     return offline_data.TableData(address, config.table, data_spec, size,
                                   None)
   with tqdm.tqdm(desc=f'push {config.dataset}', unit='step',
@@ -209,275 +411,70 @@ def load_offline_data(config: OfflineConfig, specs: envs.EnvSpecs,
     else:
       data = offline_data.push_to_new_table(rlds_data, client, address,
                                             config.table, progress=bar.update)
-  reverb_tables.checkpoint()
+  tables.checkpoint(client)
   return data
 
 
-def load_memory(config: OfflineConfig, data: offline_data.TableData,
-                client: Any, show_progress: bool
-                ) -> memory_lib.TransitionMemory:
-  """The whole table, read once into the learner's memory."""
-  with tqdm.tqdm(desc=f'load {config.table}', unit='step',
-                 disable=not show_progress) as bar:
-    return offline_data.load_memory(client, config.table, data.data_spec,
-                                    progress=bar.update)
-
-
-def _offline_feed(config: OfflineConfig, data: offline_data.TableData,
-                  memory: memory_lib.TransitionMemory | None, normalize,
-                  max_priority: per.MaxPriority) -> Any:
-  """The learner's batches: an in-graph feed, or a streaming reader."""
-  gamma = config.agent_config.gamma
-  if memory is not None and config.prioritized:
-    return feeds.PrioritizedFeed(memory, config.batch_size,
-                                 config.per_settings, n_step=config.n_step,
-                                 gamma=gamma, transform=normalize,
-                                 max_priority=max_priority)
-  if memory is not None:
-    return feeds.UniformFeed(memory, config.batch_size, n_step=config.n_step,
-                             gamma=gamma, transform=normalize)
+def _stream(config: OfflineConfig, data: offline_data.TableData, agent: Any,
+            normalize, max_priority: per.MaxPriority) -> tuple[Any, Any]:
+  """Batches sampled item by item from Reverb, and their train step."""
   if config.prioritized:
-    return iter(offline_data.sample_batches(
+    batches = offline_data.sample_batches(
         data, config.batch_size, with_info=True).map(
-            lambda batch, info: (normalize(batch), info)))
+            lambda batch, info: (normalize(batch), info))
+    return iter(batches), per.PrioritizedTrainStep(
+        agent, per.PriorityUpdater(data.address, data.table),
+        config.per_settings, max_priority)
   return iter(offline_data.sample_batches(data, config.batch_size).map(
-      normalize))
+      normalize)), None
 
 
-def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
-  rlds_data = datasets.load(config.dataset, split=config.split,
-                            data_dir=config.data_dir, download=config.download)
-  if config.max_episodes:
-    rlds_data = rlds_data.take(config.max_episodes)
-  return rlds_data
-
-
-def _observation_stats(config: OfflineConfig, data: offline_data.TableData,
-                       memory: memory_lib.TransitionMemory | None
-                       ) -> tuple[np.ndarray | None, np.ndarray | None]:
-  if not config.normalizes:
-    return None, None
-  path = os.path.join(config.root_dir, NORMALIZATION_FILE)
-  if os.path.exists(path):  # Resumed: the networks were trained on these.
-    with np.load(path) as saved:
-      return saved['mean'], saved['std']
-  mean, std = (offline_data.memory_observation_stats(memory) if memory
-               is not None else offline_data.observation_stats(data))
-  os.makedirs(config.root_dir, exist_ok=True)
-  np.savez(path, mean=mean, std=std)
-  return mean, std
-
-
-def _priority_store(config: OfflineConfig, reverb_tables: _Tables,
-                    feed: feeds.PrioritizedFeed):
-  """Restores the priorities the store kept; returns the write-back.
-
-  The store keeps them in the side table `feeds.make_priority_table` made
-  next to the episode table; a remote table without one keeps none (said
-  once, on stderr).
-  """
-  client = reverb_tables.offline_client
-  if feeds.priority_table_name(config.table) not in client.server_info():
-    print(f'table {config.table!r} has no side table '
-          f'{feeds.priority_table_name(config.table)!r}: priorities live in '
-          'this process only', file=sys.stderr)
-    return None
-  feeds.restore_priorities(client, config.table, feed)
-
-  def write_back():
-    feeds.write_priorities(client, config.table, feed)
-    reverb_tables.checkpoint()
-  return write_back
-
-
-def train_offline(config: OfflineConfig, *, show_progress: bool = True
-                  ) -> dict:
-  """Runs the offline phase (and fine-tuning); returns the final summary."""
-  if config.her_config is not None:
-    return her_offline.train_her_offline(
-        config, None if config.reverb_address else load_dataset(config),
-        show_progress=show_progress)
-  _check(config)
-  tf.random.set_seed(config.seed)
-  specs = envs.env_specs(config.env)
-  os.makedirs(config.root_dir, exist_ok=True)
-  rlds_data, data_spec = None, None
-  if not config.reverb_address:
-    rlds_data = offline_data.check_and_cast(load_dataset(config), specs)
-    data_spec = convert.create_trajectory_data_spec(rlds_data)
-  reverb_tables = _Tables(config, specs, data_spec)
-  try:
-    data = load_offline_data(config, specs, rlds_data, data_spec,
-                             reverb_tables, show_progress)
-    memory = None
-    if config.feed == 'memory':
-      t0 = time.perf_counter()
-      memory = load_memory(config, data, reverb_tables.offline_client,
-                           show_progress)
-      load_seconds = time.perf_counter() - t0
-    mean, std = _observation_stats(config, data, memory)
-    normalize = offline_data.normalizer(mean, std)
-    agent = agents.make_agent(config.agent, specs.time_step_spec,
-                              specs.action_spec, config.agent_config)
-    max_priority = per.MaxPriority()
-    source = _offline_feed(config, data, memory, normalize, max_priority)
-    train_step_fn = None
-    if config.prioritized and memory is not None:
-      train_step_fn = source.train_step(agent)
-    elif config.prioritized:
-      train_step_fn = per.PrioritizedTrainStep(
-          agent, per.PriorityUpdater(data.address, data.table),
-          config.per_settings, max_priority)
-    learner = loop.Learner(agent, config.root_dir,
-                           train_step_fn=train_step_fn,
-                           max_priority=max_priority.variable)
-    learner.restore()
-    store_priorities = None
-    if isinstance(source, feeds.PrioritizedFeed):
-      store_priorities = _priority_store(config, reverb_tables, source)
-    policy = online.export_policy(agent, config.agent, specs,
-                                  dataset=config.dataset, seed=config.seed)
-    policy.obs_mean, policy.obs_std = mean, std
-    summary = {'agent': config.agent, 'dataset': config.dataset,
-               'env': config.env, 'seed': config.seed,
-               'replay': config.replay, 'feed': config.feed,
-               'table_size': data.table_size,
-               'batch_size': config.batch_size}
-    if memory is not None:
-      summary.update(transitions=int(memory.num_transitions),
-                     load_seconds=round(load_seconds, 2),
-                     memory_bytes=memory.bytes)
-
-    # Both phases are drawn against gradient steps, so the run's curve goes
-    # on where the offline phase stopped; each record also holds env_steps.
-    def evaluate(phase: str) -> dict:
-      export.update_weights(policy, agents.actor_network(agent))
-      result = evaluation.evaluate(policy.greedy, config.env,
-                                   config.eval_episodes,
-                                   seed=10_000 + config.seed)
-      return learner.log_eval({**result.to_dict(), 'phase': phase},
-                              x='train_step',
-                              title=f'{config.agent} on {config.dataset}, '
-                              f'seed {config.seed}')
-
-    record = None
-    phases = loop.TrainPhases(learner, source,
-                              config.train_steps,
-                              (config.eval_interval,
-                               config.checkpoint_interval))
-    with tqdm.tqdm(total=config.train_steps, initial=min(
-        learner.train_step, config.train_steps), unit='grad step',
-                   desc=f'{config.agent} offline',
-                   disable=not show_progress) as bar:
-      for after, loss, todo in phases:
-        bar.update(todo)
-        bar.set_postfix(loss=f'{loss:.3g}')
-        if after % config.eval_interval == 0 or after == config.train_steps:
-          record = evaluate('offline')
-          bar.write(f'eval at {after} gradient steps: return '
-                    f'{record["average_return"]:.1f}, normalised '
-                    f'{_fmt(record["normalized_score"])}')
-        if (after % config.checkpoint_interval == 0 or
-            after == config.train_steps):
-          learner.save()
-          if store_priorities is not None:
-            store_priorities()
-    if record is None:  # Resumed after the offline phase had finished.
-      record = evaluate('offline')
-    summary.update(
-        offline_return=record['average_return'],
-        offline_normalized_score=record['normalized_score'],
-        train_steps=learner.train_step,
-        grad_steps_per_s=phases.steps_per_second,
-        sampled_transitions_per_s=(
-            round(phases.steps_per_second * config.batch_size)
-            if phases.steps_per_second else None))
-    policy.save(os.path.join(config.root_dir, 'policy_offline.npz'))
-    if config.online_finetune_steps:
-      summary.update(finetune(config, specs, learner, policy, data, memory,
-                              normalize, reverb_tables, evaluate,
-                              show_progress))
-    return summary
-  finally:
-    reverb_tables.stop()
-
-
-def finetune(config: OfflineConfig, specs: envs.EnvSpecs,
-             learner: loop.Learner, policy: numpy_policy.NumpyPolicy,
-             data: offline_data.TableData,
-             memory: memory_lib.TransitionMemory | None, normalize,
-             reverb_tables: _Tables, evaluate, show_progress: bool) -> dict:
+def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
+              offline_replay: Any, online_replay: variants.UniformReplay,
+              normalize, client: Any, evaluate, show_progress: bool) -> dict:
   """Offline-to-online: half of every batch from each table."""
+  learner = this_run.learner
+  online_replay.start(client)  # A resumed run gets back what it collected.
   half = config.batch_size // 2
-  client = reverb_tables.server.localhost_client()
-  follower = None
-  if memory is not None:
-    online_memory = memory_lib.TransitionMemory(
-        online.trajectory_spec(specs),
-        config.online_finetune_steps + (specs.max_episode_steps or 1000))
-    follower = follow.TableFollower(client, online.ONLINE_TABLE,
-                                    online_memory)
-    follower.catch_up()  # A resumed run gets back what it had collected.
-    batches = feeds.MixedFeed(
-        feeds.UniformFeed(memory, config.batch_size - half,
-                          transform=normalize),
-        feeds.UniformFeed(online_memory, half, transform=normalize))
-  else:
-    batches = sampling.mixed_dataset(
-        [offline_data.sample_batches(data, config.batch_size - half),
-         sampling.transition_dataset(
-             reverb_tables.local_address, online.ONLINE_TABLE,
-             online.trajectory_spec(specs), half)],
-        [config.batch_size - half, half]).map(normalize)
+  mixed = None
+
+  def source():
+    nonlocal mixed
+    if mixed is None:
+      mixed = feeds.MixedFeed(
+          feeds.UniformFeed(offline_replay.memory, config.batch_size - half,
+                            transform=normalize),
+          online_replay.feed(transform=normalize))
+    return mixed
+
   collector = collect.Collector(
-      config.env, client, online.ONLINE_TABLE,
+      config.env, client, FINETUNE_TABLE,
       seed=config.seed * 1_000_003 + int(learner.env_steps.numpy()),
-      **(online.EPISODE_ITEMS if follower is not None else {}))
-  act = collect.policy_act(policy, config.exploration_noise)
-  iterator = None
+      **online_replay.writer_kwargs())
   try:
-    with tqdm.tqdm(total=config.online_finetune_steps,
-                   initial=int(learner.env_steps.numpy()), unit='env step',
-                   desc=f'{config.agent} fine-tune',
-                   disable=not show_progress) as bar:
-      while int(learner.env_steps.numpy()) < config.online_finetune_steps:
-        before = int(learner.env_steps.numpy())
-        collector.collect(config.train_every, act)
-        learner.env_steps.assign_add(config.train_every)
-        ready = True
-        if follower is not None:
-          follower.poll()
-          # No finished episode yet: nothing online to mix in.
-          ready = int(follower.memory.num_transitions) > 0
-          iterator = batches
-        elif iterator is None:
-          iterator = iter(batches)
-        if ready:
-          learner.train(iterator, config.train_every)
-          export.update_weights(policy, agents.actor_network(
-              learner.agent))
-        after = int(learner.env_steps.numpy())
-        bar.update(after - before)
-        if online.crossed(before, after, config.eval_interval):
-          record = evaluate('online')
-          bar.write(f'eval at {after} env steps: return '
-                    f'{record["average_return"]:.1f}')
-        if online.crossed(before, after, config.checkpoint_interval):
-          learner.save()
-          reverb_tables.checkpoint()
-    record = evaluate('online')
-    learner.save()
-    reverb_tables.checkpoint()
+    with run.progress(config.online_finetune_steps,
+                      int(learner.env_steps.numpy()), 'env step',
+                      f'{config.agent} fine-tune', show_progress) as bar:
+      phase = run.OnlinePhase(
+          this_run, collector, online_replay.poll,
+          lambda: online_replay.ready, source,
+          act=lambda _: collect.policy_act(this_run.policy,
+                                           config.exploration_noise),
+          train_every=config.train_every,
+          gradient_steps=config.train_every, bar=bar)
+      run.run_phases(
+          lambda: int(learner.env_steps.numpy()),
+          config.online_finetune_steps, phase,
+          [run.Every(config.eval_interval,
+                     lambda _: evaluate('online', bar), at_end=False),
+           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar)
+    record = evaluate('online', None)
   finally:
     collector.close()
-  policy.save(os.path.join(config.root_dir, 'policy_finetuned.npz'))
+  this_run.export('policy_finetuned.npz')
   return {'finetune_env_steps': int(learner.env_steps.numpy()),
           'finetuned_return': record['average_return'],
           'finetuned_normalized_score': record['normalized_score']}
-
-
-def _fmt(value: float | None) -> str:
-  return 'n/a' if value is None else f'{value:.1f}'
 
 
 def summary_line(summary: dict) -> str:

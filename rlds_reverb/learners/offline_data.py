@@ -188,6 +188,54 @@ def normalizer(mean: np.ndarray | None, std: np.ndarray | None):
 
 
 
+def check_goal_data(rlds_data: tf.data.Dataset, specs: envs.EnvSpecs
+                    ) -> tf.data.Dataset:
+  """Checks a goal dataset against the env and casts its floats to float32.
+
+  Raises:
+    ValueError: flat observations, a missing goal key, or a shape that is not
+      the env's (named: field, key, shape, what the env needs).
+  """
+  convert.create_trajectory_data_spec(rlds_data)  # validates the RLDS spec
+  step_spec = rlds_data.element_spec[rlds.STEPS].element_spec
+  observation = step_spec[rlds.OBSERVATION]
+  if not isinstance(observation, dict):
+    raise ValueError(
+        f'dataset step field observation is flat ({observation.shape}); HER '
+        f'needs goal-conditioned data with dict observations '
+        f'({", ".join(envs.GOAL_KEYS)}), e.g. pipelines.generate --env '
+        f'{specs.env_id}')
+  obs_size, goal_size = specs.goal_sizes
+  expected = {'observation': [obs_size], 'achieved_goal': [goal_size],
+              'desired_goal': [goal_size]}
+  for key, shape in expected.items():
+    if key not in observation:
+      raise ValueError(f'dataset observation has no {key!r}; it has '
+                       f'{", ".join(sorted(observation))}')
+    if observation[key].shape.as_list() != shape:
+      raise ValueError(
+          f'dataset observation[{key!r}] has shape '
+          f'{observation[key].shape.as_list()} but env {specs.env_id} '
+          f'needs {shape}')
+  action = step_spec[rlds.ACTION]
+  if action.shape.as_list() != specs.action_spec.shape.as_list():
+    raise ValueError(f'dataset step field action has shape '
+                     f'{action.shape.as_list()} but env {specs.env_id} needs '
+                     f'{specs.action_spec.shape.as_list()}')
+
+  def cast_steps(steps):
+    out = {k: steps[k] for k in (rlds.IS_FIRST, rlds.IS_LAST,
+                                 rlds.IS_TERMINAL)}
+    out[rlds.OBSERVATION] = {k: tf.cast(steps[rlds.OBSERVATION][k],
+                                        tf.float32) for k in expected}
+    for k in (rlds.ACTION, rlds.REWARD, rlds.DISCOUNT):
+      out[k] = tf.cast(steps[k], tf.float32)
+    return out
+
+  return rlds_data.map(lambda episode: {
+      **episode, rlds.STEPS: episode[rlds.STEPS].map(cast_steps)})
+
+
 # ------------------------------------------------- the in-memory feed's path
 
 def push_episodes(rlds_data: tf.data.Dataset, client: reverb.Client,

@@ -29,14 +29,18 @@ class TableFollower:
   def __init__(self, client: reverb.Client, table: str,
                memory: memory_lib.TransitionMemory, *,
                on_added: Optional[Callable[[memory_lib.Added], None]] = None,
-               on_episodes: Optional[Callable[[List[Any]], None]] = None):
-    """`on_episodes` sees the numpy episodes read (normaliser statistics)."""
-    self._reader = episode_table.EpisodeReader(client, table)
+               on_episodes: Optional[Callable[[List[Any], bool], None]] = None,
+               reader: Optional[episode_table.EpisodeReader] = None):
+    """`on_episodes(episodes, restored)` sees the numpy episodes stored
+    (normaliser statistics); `restored` is True for a catch-up read."""
+    self._reader = reader or episode_table.EpisodeReader(client, table)
     self.memory = memory
     self._on_added, self._on_episodes = on_added, on_episodes
     self.episodes_read = 0
 
-  def _store(self, episodes: List[episode_table.Episode]) -> int:
+  def store(self, episodes: List[episode_table.Episode], *,
+            restored: bool = False) -> int:
+    """Adds episodes read from the table to the memory; returns how many."""
     if not episodes:
       return 0
     data = [_as_float32(e.data) for e in episodes]
@@ -44,14 +48,14 @@ class TableFollower:
     if self._on_added is not None:
       self._on_added(added)
     if self._on_episodes is not None:
-      self._on_episodes(data)
+      self._on_episodes(data, restored)
     self.episodes_read += len(episodes)
     return len(episodes)
 
   def catch_up(self) -> int:
     """Reads every episode the table holds; returns how many."""
-    return self._store(self._reader.read_all())
+    return self.store(self._reader.read_all(), restored=True)
 
   def poll(self) -> int:
     """Reads the episodes written since; returns how many."""
-    return self._store(self._reader.read_new())
+    return self.store(self._reader.read_new())

@@ -1,0 +1,268 @@
+"""The one run loop: phases of work, and what happens on intervals.
+
+Offline training advances the gradient-step clock, online training and
+fine-tuning the env-step clock; both stop at the end of each phase to run
+the triggers whose interval was crossed (evaluation, checkpoint, policy
+snapshot), and the evaluation and checkpoint also run once at the end.
+Checkpoints (the learner, the replay's write-back, the Reverb tables),
+evaluation records, curves and exported policies are written here and
+nowhere else, so offline, online and fine-tuning runs resume and report the
+same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import reverb
+import tensorflow as tf
+from tf_agents.trajectories import policy_step
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+import tqdm
+
+from rlds_reverb import her
+from rlds_reverb import tables
+from rlds_reverb.acting import collect
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import evaluation
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import dqn
+from rlds_reverb.learners import export
+from rlds_reverb.learners import loop
+
+REVERB_CHECKPOINTS = 'reverb'
+POLICY_SNAPSHOTS = 'policies'
+
+
+def crossed(before: int, after: int, interval: int) -> bool:
+  """Whether a multiple of `interval` lies in (before, after]."""
+  return after // interval > before // interval
+
+
+def next_stop(position: int, total: int, intervals: Sequence[int]) -> int:
+  """Work from `position` to the next multiple of any interval (or to
+  `total`), so that a phase ends exactly where a trigger is due."""
+  return min([i - position % i for i in intervals if i > 0] +
+             [total - position])
+
+
+@dataclasses.dataclass
+class Every:
+  """`action(position)` each time a multiple of `interval` (> 0) is
+  crossed, and at the end of the run if `at_end`."""
+  interval: int
+  action: Callable[[int], Any]
+  at_end: bool = True
+
+
+def run_phases(clock: Callable[[], int], total: int,
+               phase: Callable[[int], None], triggers: Sequence[Every],
+               bar: Optional[tqdm.tqdm] = None) -> None:
+  """Calls `phase(position)` until `clock()` reaches `total`, running the
+  triggers that each phase crossed."""
+  while clock() < total:
+    before = clock()
+    phase(before)
+    after = clock()
+    if bar is not None:
+      bar.update(after - before)
+    for trigger in triggers:
+      if trigger.interval and crossed(before, after, trigger.interval):
+        trigger.action(after)
+      elif trigger.at_end and after >= total:
+        trigger.action(after)
+
+
+def progress(total: int, initial: int, unit: str, desc: str,
+             show: bool) -> tqdm.tqdm:
+  return tqdm.tqdm(total=total, initial=min(initial, total), unit=unit,
+                   desc=desc, smoothing=0.05, disable=not show)
+
+
+# ------------------------------------------------------------ the policy
+
+def trajectory_spec(specs: envs.EnvSpecs) -> trajectory.Trajectory:
+  """The per-step spec of what actors write for an env (float32 steps)."""
+  if specs.goal_conditioned:
+    return her.goal_data_spec(*specs.goal_sizes, specs.action_spec)
+  obs = tf.TensorSpec(specs.observation_shape, tf.float32)
+  step_spec = ts.time_step_spec(obs, tf.TensorSpec((), tf.float32))
+  action = policy_step.PolicyStep(
+      tf.TensorSpec(specs.action_spec.shape, specs.action_spec.dtype))
+  return trajectory.from_transition(step_spec, action, step_spec)
+
+
+def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
+                  **metadata: Any) -> numpy_policy.NumpyPolicy:
+  """The agent's greedy actor as a numpy policy (no TensorFlow to act)."""
+  metadata = {'env': specs.env_id, 'agent': kind, **metadata}
+  if kind in agents.DISCRETE_AGENTS:
+    return dqn.export_q_policy(agent, specs.action_spec, metadata)
+  return export.from_network(
+      agents.actor_network(agent), agents.HEAD[kind], specs.action_spec,
+      metadata=metadata)
+
+
+def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
+                kind: str) -> None:
+  """Copies the learner's current weights into the actor's numpy policy."""
+  if kind in agents.DISCRETE_AGENTS:
+    policy.kernels, policy.biases = dqn.q_layers(agent._q_network)  # pylint: disable=protected-access
+  else:
+    export.update_weights(policy, agents.actor_network(agent))
+
+
+class Run:
+  """One run's learner, actor policy and store, and what the triggers do.
+
+  `view` maps env observations to the policy's input (goal envs: the
+  replay's flattener); `normalizer`, if any, goes into exported policies.
+  """
+
+  def __init__(self, learner: loop.Learner, kind: str, specs: envs.EnvSpecs,
+               root_dir: str, *, client: Optional[reverb.Client] = None,
+               write_back: Callable[[], None] = lambda: None,
+               view: Optional[Callable[[Any], np.ndarray]] = None,
+               refresh_view: Callable[[], None] = lambda: None,
+               normalizer: Optional[her.GoalNormalizer] = None,
+               **metadata: Any):
+    self.learner, self.kind, self.specs = learner, kind, specs
+    self.root_dir, self.client = root_dir, client
+    self._write_back, self.view = write_back, view
+    self._refresh_view = refresh_view
+    self.normalizer, self.metadata = normalizer, metadata
+    self.policy = export_policy(learner.agent, kind, specs)
+    self.last_record: dict = {}
+
+  @property
+  def agent(self) -> Any:
+    return self.learner.agent
+
+  def sync(self) -> None:
+    """The actor acts with the learner's weights of now."""
+    sync_policy(self.policy, self.agent, self.kind)
+    self._refresh_view()
+
+  def act_input(self, observation: Any) -> Any:
+    return observation if self.view is None else self.view(observation)
+
+  def greedy(self, observation: Any) -> np.ndarray:
+    return self.policy.greedy(self.act_input(observation))
+
+  def evaluate(self, episodes: int, seed: int, *, x: str, title: str,
+               metric: str, bar: Optional[tqdm.tqdm] = None,
+               on_eval: Optional[Callable[[dict], None]] = None,
+               **fields: Any) -> dict:
+    """Greedy episodes in the env; logged to eval.jsonl, TensorBoard, PNG."""
+    self.sync()
+    result = evaluation.evaluate(self.greedy, self.specs.env_id, episodes,
+                                 seed=10_000 + seed)
+    record = self.learner.log_eval({**result.to_dict(), **fields}, x=x,
+                                   title=title, y=metric)
+    self.last_record = record
+    if bar is not None:
+      success = ('' if result.success_rate is None else
+                 f', success rate {result.success_rate:.2f}')
+      score = ('' if record.get('normalized_score') is None else
+               f', normalised {record["normalized_score"]:.1f}')
+      bar.write(f'eval at {record[x]} {x.replace("_", " ")}: return '
+                f'{result.average_return:.1f} +- {result.std_return:.1f}'
+                f'{score}{success}')
+    if on_eval is not None:
+      on_eval(record)
+    return record
+
+  def checkpoint(self, _: int = 0) -> None:
+    """The learner, what the replay keeps in the store, the tables."""
+    self.learner.save()
+    self._write_back()
+    if self.client is not None:
+      tables.checkpoint(self.client)
+
+  def export(self, filename: str, **metadata: Any) -> str:
+    """Writes the greedy policy of now (with the goal normaliser)."""
+    policy = export_policy(self.agent, self.kind, self.specs,
+                           **{**self.metadata, **metadata})
+    # Offline data statistics the actor normalises with (TD3+BC).
+    policy.obs_mean = getattr(self.policy, 'obs_mean', None)
+    policy.obs_std = getattr(self.policy, 'obs_std', None)
+    policy = her.with_normalizer(policy, self.normalizer)
+    path = os.path.join(self.root_dir, filename)
+    policy.save(path)
+    return path
+
+
+class OnlinePhase:
+  """One phase of online work: collect `train_every` env steps, move the
+  new episodes into the memory, then take the phase's gradient steps.
+
+  `act(env_steps)` gives the exploration of the moment; learning starts
+  once `learn_from` env steps are in and the memory holds a transition.
+  Returns and success rates of finished episodes go to TensorBoard
+  (collect/...).
+  """
+
+  def __init__(self, run: Run, collector: collect.Collector,
+               poll: Callable[[], Any], ready: Callable[[], bool],
+               source: Callable[[], Any], *,
+               act: Callable[[int], collect.ActFn], train_every: int,
+               gradient_steps: int, learn_from: int = 0,
+               bar: Optional[tqdm.tqdm] = None):
+    self._run, self._collector = run, collector
+    self._poll, self._ready, self._source = poll, ready, source
+    self._act, self._train_every = act, train_every
+    self._gradient_steps, self._learn_from = gradient_steps, learn_from
+    self._bar = bar
+
+  def __call__(self, env_steps: int) -> None:
+    learner = self._run.learner
+    returns = self._collector.collect(
+        self._train_every, self._act(env_steps))
+    learner.env_steps.assign_add(self._train_every)
+    self._poll()
+    after = int(learner.env_steps.numpy())
+    if after >= self._learn_from and self._ready():
+      learner.train(self._source(), self._gradient_steps)
+      self._run.sync()
+    if returns:
+      successes = self._collector.stats.last_successes
+      learner.write_scalars(
+          {'return': float(np.mean(returns)),
+           'success_rate': (float(np.mean(successes)) if successes
+                            else None)}, after, 'collect')
+      if self._bar is not None:
+        self._bar.set_postfix(ret=f'{np.mean(returns):.0f}',
+                              grad_steps=learner.train_step)
+
+
+class OfflinePhase:
+  """One phase of gradient steps, up to the next trigger; times itself
+  (leaving out a process's first phase, which traces the graph)."""
+
+  def __init__(self, learner: loop.Learner, source: Any, total: int,
+               intervals: Sequence[int], bar: Optional[tqdm.tqdm] = None):
+    self._learner, self._source = learner, source
+    self._total, self._intervals = total, intervals
+    self._bar = bar
+    self._seconds, self._timed, self._phases = 0.0, 0, 0
+
+  def __call__(self, position: int) -> None:
+    steps = next_stop(position, self._total, self._intervals)
+    start = time.perf_counter()
+    loss = self._learner.train(self._source, steps)
+    if self._phases:
+      self._seconds += time.perf_counter() - start
+      self._timed += steps
+    self._phases += 1
+    if self._bar is not None:
+      self._bar.set_postfix(loss=f'{loss:.3g}')
+
+  @property
+  def steps_per_second(self) -> float | None:
+    return round(self._timed / self._seconds, 1) if self._seconds else None

@@ -1,0 +1,271 @@
+"""Replay variants: what each kind of replay owns, behind one interface.
+
+A variant owns its Reverb table(s) and how writers fill them, the learner's
+in-memory feed, the train-step wrapper that goes with it, the extra state
+that goes into the learner's checkpoint, what it writes back to the store
+at a checkpoint, and the actor's view of observations. The learners' run
+loop is written once against this interface, for offline data (everything
+read at `start`) and online data (new episodes at each `poll`) alike.
+
+  uniform      transitions uniform over the memory, optional n-step returns
+  prioritized  a sum tree in TF ops; priorities kept in the store
+  hindsight    goals relabelled at sample time; observation/goal normaliser
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import numpy as np
+import reverb
+import tensorflow as tf
+import tree
+
+from rlds_reverb import her
+from rlds_reverb import per
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import feeds
+from rlds_reverb.replay import follow
+from rlds_reverb.replay import hindsight
+from rlds_reverb.replay import memory as memory_lib
+
+KINDS = ('uniform', 'prioritized', 'hindsight')
+# How actors write for the in-memory feed: whole episodes, unread.
+WRITER_KWARGS = {'sequence_length': None,
+                 'priority': lambda: episode_table.UNREAD}
+
+
+@dataclasses.dataclass
+class Settings:
+  """Where the data lives and how the learner draws it."""
+  table: str
+  """Reverb episode table that holds the data (the store of record)."""
+  data_spec: Any
+  """Per-step trajectory spec of what the table stores (float32 floats)."""
+  batch_size: int
+  """Transitions per batch."""
+  capacity: int
+  """Rows (RLDS steps) the memory keeps; at least what the table holds at
+  start (offline data: all of it)."""
+  max_episodes: int
+  """Episodes the store table keeps before evicting the oldest."""
+  grow: bool = False
+  """Offline data: the memory grows to hold everything the table holds at
+  start; online, it keeps `capacity` rows and evicts the oldest episodes."""
+  n_step: int = 1
+  """n-step returns (uniform and prioritized)."""
+  gamma: float = 0.99
+  """Discount of the n-step returns (the agent's)."""
+
+
+def _float32(data: Any) -> Any:
+  return tree.map_structure(
+      lambda x: x.astype(np.float32) if x.dtype.kind == 'f' else x, data)
+
+
+class UniformReplay:
+  """An episode table, a memory of its transitions, a uniform feed."""
+
+  kind = 'uniform'
+
+  def __init__(self, settings: Settings):
+    # Agents compute in float32: floats are stored so (D4RL v1 is float64).
+    settings = dataclasses.replace(settings, data_spec=tree.map_structure(
+        lambda s: tf.TensorSpec(s.shape, tf.float32 if s.dtype.is_floating
+                                else s.dtype), settings.data_spec))
+    self.settings = settings
+    self.memory: Optional[memory_lib.TransitionMemory] = None
+    self._feed = None
+    self._follower: Optional[follow.TableFollower] = None
+
+  # -- the store
+  def tables(self) -> list[reverb.Table]:
+    return [episode_table.make_table(
+        self.settings.table, self.settings.data_spec,
+        max_episodes=self.settings.max_episodes)]
+
+  def writer_kwargs(self) -> dict:
+    """Keyword arguments of `acting.collect.Collector` for this table."""
+    return dict(WRITER_KWARGS)
+
+  def checkpoint_state(self) -> dict[str, Any]:
+    """Trackables that go into the learner's checkpoint."""
+    return {}
+
+  def write_back(self, client: reverb.Client) -> None:
+    """Writes what the store should keep (at every checkpoint)."""
+    del client
+
+  # -- the memory
+  def _make_memory(self, steps: int) -> memory_lib.TransitionMemory:
+    return memory_lib.TransitionMemory(
+        self.settings.data_spec, self._capacity(steps))
+
+  def _capacity(self, steps: int) -> int:
+    if self.settings.grow:
+      return max(self.settings.capacity, steps, 1)
+    return self.settings.capacity
+
+  def start(self, client: reverb.Client, *,
+            progress: Optional[Callable[[int], None]] = None) -> int:
+    """Reads everything the table holds into a new memory; returns the
+    number of episodes. Called once, after the learner's restore."""
+    reader = episode_table.EpisodeReader(client, self.settings.table)
+    episodes = []
+    for episode in reader.iter_all():
+      episodes.append(episode_table.Episode(episode.key,
+                                            _float32(episode.data)))
+      if progress is not None:
+        progress(len(tree.flatten(episode.data)[0]))
+    steps = sum(len(tree.flatten(e.data)[0]) for e in episodes)
+    self.memory = self._make_memory(steps)
+    self._follower = follow.TableFollower(
+        client, self.settings.table, self.memory, on_added=self._on_added,
+        on_episodes=self._on_episodes, reader=reader)
+    self._follower.store(episodes, restored=True)
+    self._after_start(client)
+    return len(episodes)
+
+  def _after_start(self, client: reverb.Client) -> None:
+    del client
+
+  def poll(self) -> int:
+    """Moves episodes written since into the memory; returns how many."""
+    return self._follower.poll()
+
+  @property
+  def ready(self) -> bool:
+    return self.memory is not None and int(self.memory.num_transitions) > 0
+
+  def _on_added(self, added: memory_lib.Added) -> None:
+    if self._feed is not None:
+      self._feed.on_added(added)
+
+  def _on_episodes(self, episodes: list[Any], restored: bool) -> None:
+    del episodes, restored
+
+  # -- the learner
+  def feed(self, transform: Optional[Callable[[Any], Any]] = None,
+           batch_size: Optional[int] = None) -> Any:
+    """The in-graph feed (made once; `transform` maps each batch)."""
+    if self._feed is None:
+      self._feed = self._make_feed(transform,
+                                   batch_size or self.settings.batch_size)
+    return self._feed
+
+  def _make_feed(self, transform, batch_size):
+    return feeds.UniformFeed(self.memory, batch_size,
+                             n_step=self.settings.n_step,
+                             gamma=self.settings.gamma, transform=transform)
+
+  def train_step(self, agent: Any) -> Optional[Callable[[Any], tf.Tensor]]:
+    """The train step that goes with the feed (None: `agent.train`)."""
+    del agent
+    return None
+
+  # -- the actor
+  def actor_view(self) -> Optional[Callable[[Any], np.ndarray]]:
+    """Env observation -> what the policy takes (None: as it is)."""
+    return None
+
+  def refresh_actor_view(self) -> None:
+    pass
+
+
+class PrioritizedReplay(UniformReplay):
+  """Proportional PER on the memory; the store keeps the priorities in a
+  side table, written back at every checkpoint, read back at start."""
+
+  kind = 'prioritized'
+
+  def __init__(self, settings: Settings, config: per.PerConfig):
+    super().__init__(settings)
+    self.config = config
+    self.max_priority = per.MaxPriority()
+
+  def tables(self) -> list[reverb.Table]:
+    return super().tables() + [feeds.make_priority_table(self.settings.table)]
+
+  def checkpoint_state(self) -> dict[str, Any]:
+    return {'max_priority': self.max_priority.variable}
+
+  def _make_feed(self, transform, batch_size):
+    return feeds.PrioritizedFeed(
+        self.memory, batch_size, self.config, n_step=self.settings.n_step,
+        gamma=self.settings.gamma, transform=transform,
+        max_priority=self.max_priority)
+
+  def _after_start(self, client: reverb.Client) -> None:
+    self._client = client
+    self.feed()  # The sum tree starts with what start() read.
+    if feeds.priority_table_name(self.settings.table) in client.server_info():
+      feeds.restore_priorities(client, self.settings.table, self._feed)
+
+  def feed(self, transform=None, batch_size=None):
+    if self._feed is not None and transform is not None:
+      self._feed._transform = transform  # pylint: disable=protected-access
+    return super().feed(transform, batch_size)
+
+  def train_step(self, agent: Any) -> Callable[[Any], tf.Tensor]:
+    return self.feed().train_step(agent)
+
+  def write_back(self, client: reverb.Client) -> None:
+    if feeds.priority_table_name(self.settings.table) in client.server_info():
+      feeds.write_priorities(client, self.settings.table, self.feed())
+
+
+class HindsightReplay(UniformReplay):
+  """Goal-conditioned episodes; goals relabelled when sampled. The learner
+  and the actor see concat(observation, goal), normalised by running
+  statistics that the learner's checkpoint keeps."""
+
+  kind = 'hindsight'
+
+  def __init__(self, settings: Settings, config: her.HerConfig,
+               reward_source: Any, *, normalize: bool = True):
+    """`reward_source`: the goal env (either reward interface) or a
+    function (achieved_goal, desired_goal) -> reward."""
+    super().__init__(settings)
+    her.check_goal_spec(settings.data_spec)
+    self.config = config
+    self._reward_fn = her.reward_fn_for(reward_source)
+    self._terminated_fn = her.terminated_fn_for(reward_source)
+    observation = settings.data_spec.observation
+    self.normalizer = (her.GoalNormalizer(
+        int(observation[her.OBSERVATION].shape[0]),
+        int(observation[her.DESIRED_GOAL].shape[0])) if normalize else None)
+    self._flatten = her.ObservationFlattener(self.normalizer)
+
+  def checkpoint_state(self) -> dict[str, Any]:
+    return {} if self.normalizer is None else {'normalizer': self.normalizer}
+
+  def _make_memory(self, steps: int) -> memory_lib.TransitionMemory:
+    return memory_lib.TransitionMemory(
+        self.settings.data_spec, self._capacity(steps),
+        with_episode_bounds=True)
+
+  def _on_episodes(self, episodes: list[Any], restored: bool) -> None:
+    # A restored normaliser already counts the episodes read at start.
+    if self.normalizer is None or (restored and
+                                   float(self.normalizer.count.numpy())):
+      return
+    for episode in episodes:
+      observation = episode.observation
+      self.normalizer.update(
+          observation[her.OBSERVATION],
+          np.concatenate([observation[her.DESIRED_GOAL],
+                          observation[her.ACHIEVED_GOAL]]))
+    self._flatten.refresh()
+
+  def _make_feed(self, transform, batch_size):
+    del transform  # The feed normalises with the normaliser itself.
+    return hindsight.HindsightFeed(
+        self.memory, batch_size, self._reward_fn, config=self.config,
+        terminated_fn=self._terminated_fn, normalizer=self.normalizer)
+
+  def actor_view(self) -> Callable[[Any], np.ndarray]:
+    return self._flatten
+
+  def refresh_actor_view(self) -> None:
+    self._flatten.refresh()
