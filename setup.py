@@ -30,7 +30,7 @@ INSTALL_REQUIRES = [
     'wrapt',
     'tqdm',
     'absl-py',
-    'gin-config',
+    'gin-config==0.5.0',  # configs/*.gin, pipelines.train --gin_file
     'matplotlib',
 ]
 

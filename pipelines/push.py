@@ -12,6 +12,11 @@ Examples:
   # Into a server of its own process (python -m pipelines.serve ...).
   python -m pipelines.push --dataset DIR --reverb_address localhost:8000
 
+  # Whole episodes, for a learner's in-memory feed (pipelines.train's
+  # default), into a table that pipelines.serve --feed_table made.
+  python -m pipelines.push --dataset DIR --feed_table \
+      --reverb_address localhost:8000
+
 Prints a progress bar on stderr, then one JSON line and one readable line of
 totals on stdout. Bad input ends the run with one line on stderr, exit code 1
 (2 for bad flags).
@@ -34,38 +39,21 @@ import tensorflow as tf
 import tqdm
 
 from pipelines import cli
+from pipelines import common_flags
 from rlds_reverb import convert
 from rlds_reverb import datasets
 from rlds_reverb import push
 from rlds_reverb import tables
+from rlds_reverb.replay import episode_table
 
 _PROG = 'push'
 DEFAULT_MAX_SIZE = 2_000_000
 
-_DATASET = flags.DEFINE_string(
-    'dataset', None, 'RLDS data to push: a TFDS name with optional config '
-    '(d4rl_mujoco_halfcheetah/v2-medium) or a directory in TFDS format, '
-    'e.g. the --out of pipelines.generate. Required.')
-_SPLIT = flags.DEFINE_string(
-    'split', 'train', 'TFDS split to read, slicing allowed: train[:10%].')
-_DATA_DIR = flags.DEFINE_string(
-    'data_dir', None, "TFDS data dir for TFDS names (default: TFDS' own, "
-    '~/tensorflow_datasets).')
-_DOWNLOAD = flags.DEFINE_bool(
-    'download', True, 'For TFDS names: download and prepare the data if it is '
-    'not in --data_dir. With --nodownload a missing dataset fails at once '
-    'instead of after network time-outs on an offline machine.')
-_REVERB_ADDRESS = flags.DEFINE_string(
-    'reverb_address', '', 'host:port of a running Reverb server (e.g. from '
-    'pipelines.serve) whose --table takes the data. Empty: start a server in '
-    'this process with a table made for the data.')
+_PUSH_FLAGS = common_flags.define_push_flags()
+flags.adopt_module_key_flags(common_flags)
 _CONNECT_TIMEOUT_S = flags.DEFINE_float(
     'connect_timeout_s', 5.0, 'Give up on --reverb_address when the server '
     'does not answer within this many seconds.', lower_bound=0.001)
-_TABLE = flags.DEFINE_string(
-    'table', tables.DEFAULT_TABLE, 'Reverb table to write into. Its signature '
-    "must be the data's trajectory spec with a time dimension, as "
-    'pipelines.serve makes it.')
 _SEQUENCE_LENGTH = flags.DEFINE_string(
     'sequence_length', '2', 'Trajectories per item, as the sequence_length '
     "of TF-Agents' ReverbAddTrajectoryObserver; 0 or none: one item per "
@@ -76,9 +64,6 @@ flags.register_validator(
 _STRIDE_LENGTH = flags.DEFINE_integer(
     'stride_length', 1, 'Steps between the starts of consecutive items (1: '
     'overlapping windows). Ignored for whole episodes.', lower_bound=1)
-_MAX_EPISODES = flags.DEFINE_integer(
-    'max_episodes', 0, 'Push only the first N episodes of the split; 0: all.',
-    lower_bound=0)
 _PRIORITY = flags.DEFINE_float(
     'priority', 1.0, 'Priority of every item written (matters for a '
     'prioritized table).', lower_bound=0.0)
@@ -114,7 +99,16 @@ _SERVE = flags.DEFINE_bool(
     'print its address and wait for Ctrl-C (or SIGTERM), so learners in '
     'other processes can read the table.')
 
+_FEED_TABLE = flags.DEFINE_bool(
+    'feed_table', False, "Make/write the table for learners' in-memory feed: "
+    'one item per episode, read once per pass by the learner (min-heap '
+    'sampler), written unread; --sequence_length, --sampler, --alpha and '
+    '--priority do not apply. With --reverb_address the table must be one '
+    'that pipelines.serve --feed_table made.')
+
 _EMBEDDED_ONLY = (_MAX_SIZE, _SAMPLER, _ALPHA, _CHECKPOINT_DIR, _SERVE)
+# What an episode table fixes: whole episodes, min-heap, written unread.
+_NOT_WITH_FEED_TABLE = (_SEQUENCE_LENGTH, _SAMPLER, _PRIORITY, _ALPHA)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +132,7 @@ class PushConfig:
   alpha: float = 0.6
   checkpoint_dir: Optional[str] = None
   serve: bool = False
+  feed_table: bool = False
 
 
 @dataclasses.dataclass
@@ -205,7 +200,9 @@ def open_table(config: PushConfig, spec: Any) -> Iterator[Target]:
   Raises:
     ConnectionError: Nothing answers at `config.reverb_address`.
     tables.TableNotFoundError: The server has no `config.table`.
-    ValueError: The table's signature does not match `spec`.
+    ValueError: The table's signature does not match `spec`, or the table
+      is an episode table and `config.feed_table` is off, or the other way
+      round (see `episode_table.check_table_kind`).
     OSError, ValueError: The embedded server cannot start or restores a
       table of another signature (see `tables.start_table_server`).
   """
@@ -213,15 +210,31 @@ def open_table(config: PushConfig, spec: Any) -> Iterator[Target]:
     client = tables.connect(config.reverb_address,
                             timeout_s=config.connect_timeout_s)
     tables.check_signature(client, config.table, spec)
+    episode_table.check_table_kind(client, config.table,
+                                   episodes=config.feed_table)
     yield Target(client, config.reverb_address)
     return
-  server = tables.start_table_server(
-      config.table, spec, checkpoint_dir=config.checkpoint_dir,
-      max_size=config.max_size, sequence_length=config.sequence_length,
-      sampler=config.sampler, alpha=config.alpha)
+  if config.feed_table:
+    server = tables.start_table_server(
+        config.table, spec, checkpoint_dir=config.checkpoint_dir,
+        table=episode_table.make_table(config.table, spec,
+                                       max_episodes=config.max_size))
+  else:
+    server = tables.start_table_server(
+        config.table, spec, checkpoint_dir=config.checkpoint_dir,
+        max_size=config.max_size, sequence_length=config.sequence_length,
+        sampler=config.sampler, alpha=config.alpha)
   target = Target(server.localhost_client(), f'localhost:{server.port}',
                   server)
   try:
+    try:
+      # A table restored from --checkpoint_dir keeps the kind it was made
+      # with.
+      episode_table.check_table_kind(target.client, config.table,
+                                     episodes=config.feed_table)
+    except ValueError as e:
+      raise ValueError(f'the checkpoint in {config.checkpoint_dir} restored '
+                       f'another kind of table: {e}') from e
     yield target
   finally:
     target.server = None
@@ -278,7 +291,8 @@ def make_report(stats: push.PushStats, target: Target, table: str,
       seconds=round(stats.seconds, 3),
       steps_per_second=round(stats.steps_per_second, 1), table=table,
       address=target.address, table_size=size,
-      empty_episodes=stats.empty_episodes, error=cli.one_line(error) if error else None)
+      empty_episodes=stats.empty_episodes,
+      error=cli.one_line(error) if error else None)
 
 
 def serve(target: Target, config: PushConfig) -> None:
@@ -293,26 +307,39 @@ def serve(target: Target, config: PushConfig) -> None:
 
 def config_from_flags() -> PushConfig:
   """Reads the flags; fails on values that absl's own checks let through."""
-  if _DATASET.value is None:
+  if common_flags.DATASET.value is None:
     cli.fail(_PROG, ValueError('--dataset is required'), code=2)
-  if _REVERB_ADDRESS.value:
+  reverb_address = _PUSH_FLAGS.reverb_address.value
+  if _FEED_TABLE.value:
+    for flag in _NOT_WITH_FEED_TABLE:
+      if flag.present:
+        cli.fail(_PROG, ValueError(
+            f'--{flag.name} does not apply to --feed_table (its table holds '
+            'whole episodes, sampled by a min-heap, written unread)'), code=2)
+  if reverb_address:
     for flag in _EMBEDDED_ONLY:
       if flag.present:
         cli.fail(_PROG, ValueError(
             f'--{flag.name} applies to the embedded server only, not to '
             f'--reverb_address (see pipelines.serve for its counterpart)'),
                  code=2)
+  feed_table = _FEED_TABLE.value
   return PushConfig(
-      dataset=_DATASET.value, split=_SPLIT.value, data_dir=_DATA_DIR.value,
-      download=_DOWNLOAD.value, reverb_address=_REVERB_ADDRESS.value,
-      connect_timeout_s=_CONNECT_TIMEOUT_S.value, table=_TABLE.value,
-      sequence_length=cli.parse_sequence_length(_SEQUENCE_LENGTH.value),
-      stride_length=_STRIDE_LENGTH.value, max_episodes=_MAX_EPISODES.value,
-      priority=_PRIORITY.value,
+      dataset=common_flags.DATASET.value, split=common_flags.SPLIT.value,
+      data_dir=common_flags.DATA_DIR.value,
+      download=common_flags.DOWNLOAD.value, reverb_address=reverb_address,
+      connect_timeout_s=_CONNECT_TIMEOUT_S.value,
+      table=common_flags.TABLE.value,
+      sequence_length=(None if feed_table else
+                       cli.parse_sequence_length(_SEQUENCE_LENGTH.value)),
+      stride_length=_STRIDE_LENGTH.value,
+      max_episodes=_PUSH_FLAGS.max_episodes.value,
+      priority=episode_table.UNREAD if feed_table else _PRIORITY.value,
       zero_terminal_discount=_ZERO_TERMINAL_DISCOUNT.value,
       num_workers=_NUM_WORKERS.value, max_size=_MAX_SIZE.value,
       sampler=_SAMPLER.value, alpha=_ALPHA.value,
-      checkpoint_dir=_CHECKPOINT_DIR.value, serve=_SERVE.value)
+      checkpoint_dir=_CHECKPOINT_DIR.value, serve=_SERVE.value,
+      feed_table=feed_table)
 
 
 def main(argv: list[str]) -> None:

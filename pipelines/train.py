@@ -12,7 +12,8 @@ Examples:
   python -m pipelines.train --agent td3_bc --dataset DIR \
       --online_finetune_steps 50000
 
-  # Offline from a table that another process serves (pipelines.push --serve).
+  # Offline from an episode table that another process serves
+  # (pipelines.push --feed_table --serve, or pipelines.serve --feed_table).
   python -m pipelines.train --agent bc --reverb_address localhost:8000
 
   # DQN with prioritized replay (Double DQN targets, dueling Q-network).
@@ -26,15 +27,24 @@ Examples:
   python -m pipelines.train --agent td3_bc --env FetchReach-v4 \
       --dataset data/fetchreach_random --her future
 
+  # A published setting from configs/, and single bindings of the config
+  # dataclasses' fields (a flag given on the command line beats both).
+  python -m pipelines.train --agent td3_bc --dataset DIR \
+      --gin_file configs/td3_bc_d4rl.gin \
+      --gin_bindings 'AgentConfig.actor_layers = (64, 64)'
+
 Everything of a run goes to --root_dir: checkpoints (agent and Reverb
-tables), TensorBoard summaries, eval.jsonl and learning_curve.png. Running
-the same command again resumes from there. The last stdout line is a JSON
+tables), TensorBoard summaries, eval.jsonl, learning_curve.png and
+config.json (the config dataclass the run got). Running the same command
+again resumes from there. The last stdout line is a JSON
 summary. Bad input ends the run with one line on stderr, exit code 1 (2 for
 bad flags).
 """
 
+import dataclasses
 import json
 import os
+import tokenize
 from typing import Any
 
 # TensorFlow's C++ start-up chatter would bury the errors and the summary.
@@ -42,17 +52,20 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
+import gin
 
 from pipelines import cli
+from pipelines import common_flags
 from rlds_reverb import datasets
 from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import her_offline
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
 
 _PROG = 'train'
+# The run's config dataclass as the pipeline built it, in its root_dir.
+CONFIG_FILE = 'config.json'
 
 _AGENT = flags.DEFINE_enum(
     'agent', None, list(agents.AGENTS), 'Agent to train. Online (--env '
@@ -61,26 +74,24 @@ _AGENT = flags.DEFINE_enum(
 _ENV = flags.DEFINE_string(
     'env', 'HalfCheetah-v5', 'gymnasium env id: where online agents act and '
     'where every agent is evaluated. Its spaces must match the dataset.')
-_DATASET = flags.DEFINE_string(
-    'dataset', None, 'Offline data: a TFDS name with config '
-    '(d4rl_mujoco_halfcheetah/v2-medium) or a TFDS-format directory (the '
-    '--out of pipelines.generate). Pushed into an embedded Reverb table that '
-    'holds all of it.')
-_SPLIT = flags.DEFINE_string('split', 'train', 'TFDS split of --dataset.')
-_DATA_DIR = flags.DEFINE_string(
-    'data_dir', None, "TFDS data dir for TFDS names (default: TFDS' own).")
-_DOWNLOAD = flags.DEFINE_bool(
-    'download', True, 'Download a TFDS name that is not in --data_dir; '
-    '--nodownload fails at once instead.')
-_MAX_EPISODES = flags.DEFINE_integer(
-    'max_episodes', 0, 'Use only the first N episodes of --dataset; 0: all.',
-    lower_bound=0)
-_REVERB_ADDRESS = flags.DEFINE_string(
-    'reverb_address', '', 'host:port of a Reverb server whose --table already '
-    'holds the offline data (e.g. pipelines.push --serve); replaces '
-    '--dataset.')
-_TABLE = flags.DEFINE_string(
-    'table', offline.OFFLINE_TABLE, 'Offline table name at --reverb_address.')
+_PUSH_FLAGS = common_flags.define_push_flags()
+flags.adopt_module_key_flags(common_flags)
+_DATASET = common_flags.DATASET
+_REVERB_ADDRESS = _PUSH_FLAGS.reverb_address
+_GIN_FILE = flags.DEFINE_multi_string(
+    'gin_file', [], 'Gin file of config bindings, e.g. '
+    'configs/td3_bc_d4rl.gin (one file per published setting); repeat the '
+    'flag for several, later files win. Bindings name the config '
+    'dataclasses by class and field: AgentConfig.actor_layers, '
+    'OfflineConfig.train_steps, OnlineConfig.env_steps, PerConfig.alpha, '
+    'HerConfig.k (the field docstrings say what each is). A flag given on '
+    'the command line beats a binding of the same setting; a binding beats '
+    "the flags' defaults (dqn's and online HER's own defaults too). An "
+    'unknown class or field is an error.')
+_GIN_BINDINGS = flags.DEFINE_multi_string(
+    'gin_bindings', [], 'One gin binding, e.g. '
+    '"AgentConfig.actor_layers = (64, 64)"; repeat the flag for several. '
+    'Applied after --gin_file, with the same precedence.')
 _ROOT_DIR = flags.DEFINE_string(
     'root_dir', None, 'Run directory: checkpoints (agent and Reverb tables), '
     'TensorBoard summaries, eval.jsonl, learning_curve.png and exported '
@@ -151,13 +162,15 @@ _REPLAY = flags.DEFINE_enum(
     'runs and the offline phase (not bc).')
 _FEED = flags.DEFINE_enum(
     'feed', 'memory', ['memory', 'stream'], 'How the learner gets its '
-    'batches. memory: the table holds whole episodes, which the learner '
+    'batches. memory: the table holds whole episodes (at --reverb_address: '
+    'an episode table, pipelines.serve --feed_table filled by '
+    'pipelines.push --feed_table), which the learner '
     'reads into its own memory (offline data once, online episodes as the '
     'actors finish them) and samples in the same graph as its train step. '
     'stream: every batch is sampled item by item from the Reverb table of '
     '2-step items (a remote table too big for the learner\'s memory, or one '
-    'made by pipelines.push with its default items). Offline --her always '
-    'streams.')
+    'made by pipelines.push with its default items). Offline --her takes '
+    'the memory feed only.')
 _N_STEP = flags.DEFINE_integer(
     'n_step', 1, 'With --feed memory (not --her): n-step returns; they stop '
     'at terminal steps and bootstrap at truncated endings. 1 is one-step TD.')
@@ -256,34 +269,87 @@ def _value(flag: flags.FlagHolder) -> Any:
   return flag.value
 
 
+# Config fields that flags of other names set; any other field is set by
+# the flag of its own name, if there is one.
+_FLAGS_OF_FIELD = {
+    'OfflineConfig.dataset': ('dataset', 'reverb_address'),
+    'OfflineConfig.train_steps': ('steps',),
+    'OnlineConfig.env_steps': ('steps',),
+    'AgentConfig.double_dqn': ('double',),
+    'PerConfig.alpha': ('per_alpha',),
+    'PerConfig.beta0': ('per_beta0',),
+    'PerConfig.beta_steps': ('per_beta_steps',),
+    'PerConfig.eps': ('per_eps',),
+    'PerConfig.priority_cap': ('per_priority_cap',),
+    'HerConfig.strategy': ('her',),
+    'HerConfig.episodes_per_draw': ('her_episodes_per_draw',),
+    'HerConfig.batches_per_draw': ('her_batches_per_draw',),
+}
+
+
+def _flag_given(cls: type, field: str) -> bool:
+  """Whether a flag that sets `cls.field` is on the command line."""
+  names = _FLAGS_OF_FIELD.get(f'{cls.__name__}.{field}', (field,))
+  return any(name in flags.FLAGS and flags.FLAGS[name].present
+             for name in names)
+
+
+def _gin_bound(cls: type, field: str) -> bool:
+  try:
+    gin.query_parameter(f'{cls.__name__}.{field}')
+  except ValueError:  # Unbound (or a class gin does not know).
+    return False
+  return True
+
+
+def _setting(cls: type, field: str, value: Any) -> Any:
+  """What `cls.field` will be: `value` unless gin binds it and no flag for
+  it is on the command line (then gin's value)."""
+  if not _flag_given(cls, field) and _gin_bound(cls, field):
+    return gin.query_parameter(f'{cls.__name__}.{field}')
+  return value
+
+
+def _make(cls: type, **values: Any) -> Any:
+  """`cls(**values)` less the fields that gin binds and no given flag sets.
+
+  gin fills those in, so a setting comes from the command line if given
+  there, else from gin, else from `values` (the flag's default, or the
+  pipeline's own default for the mode), else from the dataclass.
+  """
+  return cls(**{field: value for field, value in values.items()
+                if _flag_given(cls, field) or not _gin_bound(cls, field)})
+
+
 def _her_config() -> her.HerConfig | None:
   if _HER.value is None:
     return None
-  return her.HerConfig(strategy=_HER.value, k=_K.value,
-                       episodes_per_draw=_HER_EPISODES_PER_DRAW.value,
-                       batches_per_draw=_HER_BATCHES_PER_DRAW.value)
+  return _make(her.HerConfig, strategy=_HER.value, k=_K.value,
+               episodes_per_draw=_HER_EPISODES_PER_DRAW.value,
+               batches_per_draw=_HER_BATCHES_PER_DRAW.value)
 
 
 def _per_config(default_beta_steps: int) -> per.PerConfig:
-  return per.PerConfig(
-      alpha=_PER_ALPHA.value, beta0=_PER_BETA0.value,
+  return _make(
+      per.PerConfig, alpha=_PER_ALPHA.value, beta0=_PER_BETA0.value,
       beta_steps=_PER_BETA_STEPS.value or max(default_beta_steps, 1),
       eps=_PER_EPS.value, priority_cap=_PER_PRIORITY_CAP.value)
 
 
-def _root_dir(source: str) -> str:
+def _root_dir(cls: type, source: str) -> str:
   if _ROOT_DIR.value:
     return _ROOT_DIR.value
   slug = ''.join(c if c.isalnum() else '_' for c in source.lower()).strip('_')
-  replay = '_per' if _REPLAY.value == 'prioritized' else ''
+  replay = ('_per' if _setting(cls, 'replay', _REPLAY.value) == 'prioritized'
+            else '')
   replay += f'_her_{_HER.value}' if _HER.value else ''
-  return os.path.join('runs',
-                      f'{_AGENT.value}{replay}_{slug}_seed{_SEED.value}')
+  seed = _setting(cls, 'seed', _SEED.value)
+  return os.path.join('runs', f'{_AGENT.value}{replay}_{slug}_seed{seed}')
 
 
 def _agent_config() -> agents.AgentConfig:
-  return agents.AgentConfig(
-      actor_learning_rate=_ACTOR_LR.value,
+  return _make(
+      agents.AgentConfig, actor_learning_rate=_ACTOR_LR.value,
       critic_learning_rate=_CRITIC_LR.value,
       alpha_learning_rate=_ALPHA_LR.value, td3_bc_alpha=_TD3_BC_ALPHA.value,
       cql_alpha=_CQL_ALPHA.value, cql_bc_steps=_CQL_BC_STEPS.value,
@@ -297,22 +363,27 @@ def _usage_error(message: str) -> None:
 
 
 def _offline_config() -> offline.OfflineConfig:
-  if _HER.value and _AGENT.value not in her_offline.HER_OFFLINE_AGENTS:
+  if _HER.value and _AGENT.value not in offline.HER_OFFLINE_AGENTS:
     _usage_error(f'--agent {_AGENT.value} does not train offline with --her;'
-                 ' pick one of: ' + ', '.join(her_offline.HER_OFFLINE_AGENTS))
+                 ' pick one of: ' + ', '.join(offline.HER_OFFLINE_AGENTS))
   if not _HER.value and _AGENT.value not in agents.OFFLINE_AGENTS:
     _usage_error(f'--agent {_AGENT.value} trains online; drop --dataset / '
                  '--reverb_address, or pick one of: '
                  + ', '.join(agents.OFFLINE_AGENTS))
+  cls = offline.OfflineConfig
   normalize = {'auto': None, 'true': True, 'false': False}[_NORMALIZE.value]
-  source = _DATASET.value or f'{_REVERB_ADDRESS.value}_{_TABLE.value}'
-  train_steps = _STEPS.value or 300_000
-  return offline.OfflineConfig(
-      agent=_AGENT.value, dataset=_DATASET.value or _REVERB_ADDRESS.value,
-      root_dir=_root_dir(os.path.basename(source.rstrip('/')) or source),
-      env=_ENV.value, split=_SPLIT.value, data_dir=_DATA_DIR.value,
-      download=_DOWNLOAD.value, max_episodes=_MAX_EPISODES.value,
-      reverb_address=_REVERB_ADDRESS.value, table=_TABLE.value,
+  table = common_flags.TABLE.value
+  source = _DATASET.value or f'{_REVERB_ADDRESS.value}_{table}'
+  train_steps = _setting(cls, 'train_steps', _STEPS.value or 300_000)
+  return _make(
+      cls, agent=_AGENT.value,
+      dataset=_DATASET.value or _REVERB_ADDRESS.value,
+      root_dir=_root_dir(cls, os.path.basename(source.rstrip('/')) or source),
+      env=_ENV.value, split=common_flags.SPLIT.value,
+      data_dir=common_flags.DATA_DIR.value,
+      download=common_flags.DOWNLOAD.value,
+      max_episodes=_PUSH_FLAGS.max_episodes.value,
+      reverb_address=_REVERB_ADDRESS.value, table=table,
       train_steps=train_steps, batch_size=_BATCH_SIZE.value,
       eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,
@@ -332,14 +403,18 @@ def _online_config() -> online.OnlineConfig:
   if _FINETUNE.value:
     _usage_error('--online_finetune_steps continues an offline run: pass '
                  '--dataset')
-  env_steps = _value(_STEPS) or 300_000
-  initial_collect_steps = _value(_INITIAL_COLLECT)
-  utd = _value(_UTD)
+  cls = online.OnlineConfig
+  env_steps = _setting(cls, 'env_steps', _value(_STEPS) or 300_000)
+  initial_collect_steps = _setting(cls, 'initial_collect_steps',
+                                   _value(_INITIAL_COLLECT))
+  utd = _setting(cls, 'utd', _value(_UTD))
   if utd <= 0:
     _usage_error('--utd must be > 0')
-  return online.OnlineConfig(
-      env=_ENV.value, root_dir=_root_dir(_ENV.value), agent=_AGENT.value,
-      env_steps=env_steps, initial_collect_steps=initial_collect_steps,
+  return _make(
+      cls, env=_ENV.value,
+      root_dir=_root_dir(cls, _setting(cls, 'env', _ENV.value)),
+      agent=_AGENT.value, env_steps=env_steps,
+      initial_collect_steps=initial_collect_steps,
       batch_size=_value(_BATCH_SIZE), train_every=_value(_TRAIN_EVERY),
       utd=utd, eval_interval=_value(_EVAL_INTERVAL),
       eval_episodes=_value(_EVAL_EPISODES),
@@ -356,6 +431,27 @@ def _online_config() -> online.OnlineConfig:
       seed=_SEED.value, agent_config=_agent_config())
 
 
+def _parse_gin() -> None:
+  """Applies --gin_file and --gin_bindings; a bad one is a usage error."""
+  for path in _GIN_FILE.value:
+    if not os.path.isfile(path):  # Before gin, which logs the miss too.
+      _usage_error(f'--gin_file {path}: no such file')
+  try:
+    gin.parse_config_files_and_bindings(
+        _GIN_FILE.value, _GIN_BINDINGS.value, skip_unknown=False)
+  except (ValueError, SyntaxError, OSError, ImportError,
+          tokenize.TokenError) as e:
+    _usage_error(f'gin: {cli.one_line(e)}')
+
+
+def _write_config(config: Any) -> None:
+  """Writes the run's config, as built, to root_dir/config.json."""
+  os.makedirs(config.root_dir, exist_ok=True)
+  with open(os.path.join(config.root_dir, CONFIG_FILE), 'w') as f:
+    json.dump(dataclasses.asdict(config), f, indent=2)
+    f.write('\n')
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -364,9 +460,14 @@ def main(argv: list[str]) -> None:
   if _DATASET.value and _REVERB_ADDRESS.value:
     _usage_error('pass --dataset or --reverb_address, not both')
   cli.quiet_logging()
+  _parse_gin()
   offline_run = bool(_DATASET.value or _REVERB_ADDRESS.value)
-  config = _offline_config() if offline_run else _online_config()
   try:
+    config = _offline_config() if offline_run else _online_config()
+  except ValueError as e:  # A config field's own check, e.g. a bound value.
+    _usage_error(str(e))
+  try:
+    _write_config(config)
     if offline_run:
       summary = offline.train_offline(config)
     else:

@@ -38,6 +38,7 @@ import dataclasses
 import numbers
 from typing import Any, Callable, NamedTuple
 
+import gin
 import numpy as np
 import reverb
 import tensorflow as tf
@@ -56,16 +57,27 @@ GOAL_KEYS = (OBSERVATION, ACHIEVED_GOAL, DESIRED_GOAL)
 _PREFETCH_BATCHES = 2
 
 
+@gin.configurable
 @dataclasses.dataclass(frozen=True)
 class HerConfig:
-  """How goals are relabelled; `k` relabelled per original (k=4: 80%)."""
+  """How goals are relabelled; `k` relabelled per original (k=4: 80%).
+
+  Bind any field from a gin file or `--gin_bindings` as `HerConfig.<field>`.
+  """
   strategy: str = 'future'
+  """Where relabelled goals come from (one of STRATEGIES): future, an
+  achieved goal of a later step of the same episode; final, its last one;
+  episode, any of its steps; random, any stored episode."""
   k: float = 4.0
-  # Episodes Reverb samples per draw, and batches made from one draw: each
-  # sampled episode gives batches_per_draw * batch_size / episodes_per_draw
-  # transitions, spread over the draw's batches.
+  """Relabelled goals per original one: a transition keeps its own goal with
+  probability 1/(k+1) (k=4, as the HER paper and OpenAI baselines use)."""
   episodes_per_draw: int = 64
+  """Episodes Reverb samples per draw. Each sampled episode gives
+  batches_per_draw * batch_size / episodes_per_draw transitions, spread over
+  the draw's batches: more episodes, less correlated batches."""
   batches_per_draw: int = 8
+  """Batches made, in one vectorised relabelling call, from one draw of
+  episodes."""
 
   def __post_init__(self):
     if self.strategy not in STRATEGIES:

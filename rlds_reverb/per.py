@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import gin
 import numpy as np
 import reverb
 import tensorflow as tf
@@ -44,23 +45,28 @@ INITIAL_MAX_PRIORITY = 1.0
 REPLAYS = ('uniform', 'prioritized')
 
 
+@gin.configurable
 @dataclasses.dataclass(frozen=True)
 class PerConfig:
   """The knobs of prioritized replay (Schaul et al. 2015, Table 3 defaults).
 
-  Attributes:
-    alpha: priority exponent of the sampler; 0 is uniform.
-    beta0: importance-sampling exponent at the first gradient step.
-    beta_steps: gradient steps over which beta rises linearly to 1.
-    eps: added to |td_error| so that no item gets priority 0.
-    priority_cap: largest priority an item can get, so that one outlier TD
-      error does not take over the sampler.
+  Bind any field from a gin file or `--gin_bindings` as `PerConfig.<field>`.
   """
   alpha: float = DEFAULT_ALPHA
+  """Priority exponent of the sampler: items are drawn in proportion to
+  priority**alpha; 0 is uniform."""
   beta0: float = DEFAULT_BETA0
+  """Importance-sampling exponent at the first gradient step; it rises
+  linearly to 1, where the weights undo the sampler's bias fully."""
   beta_steps: int = 100_000
+  """Gradient steps over which beta rises linearly to 1 (the pipelines use
+  all gradient steps of the run unless told otherwise)."""
   eps: float = DEFAULT_EPS
+  """Added to |td_error| so that no item gets priority 0 and is never drawn
+  again."""
   priority_cap: float = DEFAULT_PRIORITY_CAP
+  """Largest priority an item can get, so that one outlier TD error does not
+  take over the sampler."""
 
   def __post_init__(self):
     if not self.alpha >= 0:

@@ -195,6 +195,7 @@ def start_table_server(
     *,
     port: Optional[int] = None,
     checkpoint_dir: Optional[str] = None,
+    table: Optional[reverb.Table] = None,
     **table_kwargs: Any,
 ) -> reverb.Server:
   """Starts a server with one table for `data_spec` (`make_table`).
@@ -208,6 +209,9 @@ def start_table_server(
     data_spec: Trajectory spec, as for `make_table`.
     port: See `start_server`.
     checkpoint_dir: See `start_server`.
+    table: A table made elsewhere for `data_spec` (e.g. by
+      `replay.episode_table.make_table`), served instead of `make_table`'s;
+      it must be called `name`, and `table_kwargs` must be empty.
     **table_kwargs: `make_table` keyword arguments (max_size is required).
 
   Returns:
@@ -216,10 +220,16 @@ def start_table_server(
   Raises:
     ValueError: See `make_table` and `start_server`; also if the checkpoint
       holds a table `name` with another signature.
+    ValueError: If `table` is given with `table_kwargs` or another name.
     OSError: If `port` is already in use.
   """
-  server = start_server([make_table(name, data_spec, **table_kwargs)],
-                        port=port, checkpoint_dir=checkpoint_dir)
+  if table is not None and (table_kwargs or table.name != name):
+    raise ValueError(f'table must be called {name!r} and come without '
+                     f'make_table arguments, got table {table.name!r} and '
+                     f'{sorted(table_kwargs)}.')
+  if table is None:
+    table = make_table(name, data_spec, **table_kwargs)
+  server = start_server([table], port=port, checkpoint_dir=checkpoint_dir)
   try:
     check_signature(server.localhost_client(), name, data_spec)
   except ValueError as e:  # Only a restored table can differ.

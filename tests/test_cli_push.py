@@ -289,6 +289,17 @@ def test_bad_flag_value(dataset):
       '0 or none for whole episodes')
 
 
+# Flags that pipelines/common_flags.py defines for them.
+_SHARED_FLAGS = {
+    'push': ['dataset', 'split', 'data_dir', 'download', 'table',
+             'reverb_address', 'max_episodes'],
+    'serve': ['dataset', 'split', 'data_dir', 'download', 'table'],
+    'train': ['dataset', 'split', 'data_dir', 'download', 'table',
+              'reverb_address', 'max_episodes'],
+    'plot': [],
+}
+
+
 @pytest.mark.parametrize('module', ['push', 'serve', 'train', 'plot'])
 def test_help_lists_every_flag(module):
   source = (REPO / 'pipelines' / f'{module}.py').read_text()
@@ -296,10 +307,12 @@ def test_help_lists_every_flag(module):
   assert len(names) >= 5
   proc = _run(module, '--help')
   assert proc.returncode == 0, proc.stderr
-  for name in names:
+  for name in names + _SHARED_FLAGS[module]:
     # Each flag with some help text after it.
     assert re.search(rf'--(\[no\])?{name}: \S', proc.stdout), (name,
                                                               proc.stdout)
+  if module == 'serve':  # It is the server: nothing to push.
+    assert not re.search(r'--(reverb_address|max_episodes):', proc.stdout)
 
 
 def test_prioritized_table_for_per(dataset, tmp_path):
@@ -322,3 +335,61 @@ def test_prioritized_table_for_per(dataset, tmp_path):
   proc = _run('push', '--dataset', dataset, '--reverb_address',
               'localhost:1', '--sampler', 'prioritized')
   assert 'applies to the embedded server only' in _error_line(proc)
+
+
+def test_feed_table_serve_push_and_train_from_memory(dataset, tmp_path):
+  """An episode table made and filled from the CLI feeds a learner's memory."""
+  serve = _Background('serve', '--dataset', dataset, '--feed_table',
+                      stderr_path=tmp_path / 'serve.err')
+  address = serve.wait_for(r'^serving table rlds on (localhost:\d+)$')[1]
+  try:
+    # Two-step items do not go into an episode table.
+    assert 'is an episode table' in _error_line(
+        _run('push', '--dataset', dataset, '--reverb_address', address))
+    proc = _run('push', '--dataset', dataset, '--reverb_address', address,
+                '--feed_table')
+    assert proc.returncode == 0, proc.stderr
+    summary = _summary(proc.stdout)
+    assert (summary['episodes'], summary['items'],
+            summary['table_size']) == (3, 3, 3)
+    train = subprocess.run(
+        [sys.executable, '-m', 'pipelines.train', '--agent', 'bc',
+         '--reverb_address', address, '--steps', '20', '--eval_interval',
+         '20', '--eval_episodes', '1', '--batch_size', '8', '--root_dir',
+         str(tmp_path / 'run')], cwd=REPO, env=ENV, capture_output=True,
+        text=True, timeout=TIMEOUT_S, check=False)
+    assert train.returncode == 0, train.stderr[-3000:]
+    result = json.loads(train.stdout.strip().splitlines()[-1])
+    assert result['feed'] == 'memory'
+    assert result['transitions'] == EPISODES * EPISODE_STEPS
+    assert result['train_steps'] == 20
+  finally:
+    assert serve.interrupt() == 0, serve.stderr()
+
+
+def test_feed_table_embedded_and_into_a_table_of_items(dataset, served):
+  proc = _run('push', '--dataset', dataset, '--feed_table')
+  assert proc.returncode == 0, proc.stderr
+  summary = _summary(proc.stdout)
+  assert (summary['items'], summary['table_size']) == (3, 3)
+  proc = _run('push', '--dataset', dataset, '--reverb_address', served,
+              '--feed_table')
+  assert _error_line(proc) == (
+      "push: error: table 'rlds' samples uniform: it is not an episode "
+      'table, which takes whole episodes for the in-memory feed (make one '
+      'with pipelines.serve --feed_table or replay.episode_table.make_table)')
+
+
+@pytest.mark.parametrize('module, flag', [
+    ('push', ['--sampler', 'prioritized']),
+    ('push', ['--sequence_length', '2']),
+    ('push', ['--priority', '1']),
+    ('serve', ['--alpha', '0.5']),
+])
+def test_feed_table_refuses_item_flags(dataset, module, flag):
+  proc = _run(module, '--dataset', dataset, '--feed_table', *flag)
+  assert proc.returncode == 2
+  assert _error_line(proc, module) == (
+      f'{module}: error: {flag[0]} does not apply to --feed_table (its table '
+      'holds whole episodes, sampled by a min-heap' +
+      (', written unread)' if module == 'push' else ')'))

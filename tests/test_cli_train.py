@@ -280,3 +280,53 @@ def test_her_offline_refuses_flat_data(dataset, tmp_path):
                             '--dataset', dataset, '--her', 'future',
                             '--root_dir', str(tmp_path / 'r')))
   assert 'needs goal-conditioned data with dict observations' in line, line
+
+
+def test_gin_bindings_set_what_flags_leave_unset(dataset, tmp_path):
+  root = tmp_path / 'gin'
+  summary = _summary(_train(
+      '--agent', 'bc', '--dataset', dataset, '--root_dir', str(root),
+      '--steps', '20', '--eval_interval', '20', '--eval_episodes', '1',
+      '--gin_bindings', 'AgentConfig.actor_layers = (32,)',
+      '--gin_bindings', 'OfflineConfig.batch_size = 16',
+      '--batch_size', '8'))  # A flag on the command line beats gin.
+  assert summary['batch_size'] == 8
+  with open(root / 'config.json') as f:
+    config = json.load(f)
+  assert config['agent_config']['actor_layers'] == [32]
+  assert config['batch_size'] == 8 and config['train_steps'] == 20
+  # The network trained is the one bound.
+  assert np.load(root / 'policy_offline.npz')['kernel_0'].shape == (17, 32)
+
+
+def test_gin_binding_beats_the_pipelines_dqn_defaults(tmp_path):
+  root = tmp_path / 'dqn'
+  # config.json is written before the run starts, so a bad env still shows
+  # how the config was built.
+  _error_line(_train(
+      '--agent', 'dqn', '--env', 'NoSuchEnv-v0', '--root_dir', str(root),
+      '--gin_bindings', 'OnlineConfig.batch_size = 32',
+      '--gin_bindings', 'OnlineConfig.train_every = 100',
+      '--train_every', '50'))
+  with open(root / 'config.json') as f:
+    config = json.load(f)
+  assert config['batch_size'] == 32  # gin, over dqn's 64.
+  assert config['train_every'] == 50  # The flag, over gin.
+  assert config['env_steps'] == 50_000  # dqn's own default.
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--gin_bindings', 'AgentConfig.actor_layerz = (32,)'],
+     "train: error: gin: Configurable 'AgentConfig' doesn't have a "
+     "parameter named 'actor_layerz'. In bindings string line 1 "
+     'AgentConfig.actor_layerz = (32,)'),
+    (['--gin_bindings', 'NoConfig.x = 1'],
+     "train: error: gin: No configurable matching 'NoConfig'."),
+    (['--gin_file', '/no/such.gin'],
+     'train: error: --gin_file /no/such.gin: no such file'),
+])
+def test_bad_gin_is_a_usage_error(args, message, tmp_path):
+  proc = _train('--agent', 'bc', '--dataset', 'x', '--root_dir',
+                str(tmp_path / 'r'), *args)
+  assert proc.returncode == 2
+  assert _error_line(proc).startswith(message)

@@ -333,6 +333,21 @@ class StartServerAndConnectTest(parameterized.TestCase):
       tables.start_table_server('t', _data_spec(obs_dim=5), max_size=10,
                                 checkpoint_dir=checkpoint_dir)
 
+  def test_start_table_server_serves_a_given_table(self):
+    table = tables.make_table('t', _data_spec(), max_size=7, sampler='lifo')
+    server = tables.start_table_server('t', _data_spec(), table=table)
+    try:
+      info = tables.get_table_info(server.localhost_client(), 't')
+      self.assertEqual(info.max_size, 7)
+      self.assertEqual(info.sampler_options.WhichOneof('distribution'),
+                       'lifo')
+    finally:
+      server.stop()
+    with self.assertRaisesRegex(ValueError, "must be called 'u'"):
+      tables.start_table_server('u', _data_spec(), table=table)
+    with self.assertRaisesRegex(ValueError, r"\['max_size'\]"):
+      tables.start_table_server('t', _data_spec(), table=table, max_size=3)
+
   def test_checkpoint_dir_that_is_a_file(self):
     path = os.path.join(_tempdir(self), 'file')
     with open(path, 'w') as f:

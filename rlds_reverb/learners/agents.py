@@ -18,6 +18,7 @@ import collections
 import dataclasses
 from typing import Any, Optional
 
+import gin
 import tensorflow as tf
 from tf_agents.agents.behavioral_cloning import behavioral_cloning_agent
 from tf_agents.agents.cql import cql_sac_agent
@@ -51,28 +52,61 @@ def _with_td_error(extra: Any, td_error: tf.Tensor) -> Any:
   return _WITH_TD_ERROR[base](*extra, td_error=td_error)
 
 
+@gin.configurable
 @dataclasses.dataclass
 class AgentConfig:
-  """Hyper-parameters; None means the agent's published default."""
+  """Hyper-parameters of `make_agent`; None means the agent's published default.
+
+  Bind any field from a gin file or `--gin_bindings` as `AgentConfig.<field>`
+  (see configs/).
+  """
   actor_learning_rate: Optional[float] = None
+  """Adam learning rate of the actor (bc: of the cloning network). None: the
+  agent's own, 3e-4 (bc 1e-3)."""
   critic_learning_rate: float = 3e-4
+  """Adam learning rate of the critics (sac, td3, td3_bc, cql_sac)."""
   alpha_learning_rate: float = 3e-4
+  """Adam learning rate of SAC's / CQL-SAC's entropy temperature."""
   gamma: float = 0.99
+  """Discount of the TD targets, applied on top of each step's own discount."""
   target_update_tau: float = 0.005
+  """Polyak factor of the soft target-network updates (sac, td3, td3_bc,
+  cql_sac)."""
   reward_scale_factor: Optional[float] = None
+  """Rewards are multiplied by this in the TD targets. None: 0.1 for sac and
+  cql_sac (TF-Agents' haarnoja18 and kumar20 settings), else 1.0."""
   actor_layers: tuple[int, ...] = (256, 256)
+  """Hidden layer widths of the actor (bc: of the cloning network)."""
   critic_layers: Optional[tuple[int, ...]] = None
+  """Hidden layer widths of each critic. None: 3x256 for cql_sac (kumar20),
+  else 2x256."""
   td3_bc_alpha: float = 2.5
-  cql_alpha: float = 0.1  # kumar20/configs/mujoco_medium.gin
+  """TD3+BC: weight of the Q term against the BC term (Fujimoto & Gu 2021
+  use 2.5)."""
+  cql_alpha: float = 0.1
+  """CQL-SAC: fixed weight of the CQL regulariser (kumar20's
+  configs/mujoco_medium.gin: 0.1; no Lagrange tuning)."""
   cql_bc_steps: int = 10_000
-  # DQN (RL Zoo's CartPole-v1 settings).
+  """CQL-SAC: the first N gradient steps train the actor by behaviour cloning
+  (kumar20: 10k of 1M steps)."""
   dqn_learning_rate: float = 2.3e-3
+  """dqn: Adam learning rate of the Q-network (RL Zoo's CartPole-v1 value)."""
   q_layers: tuple[int, ...] = (256, 256)
+  """dqn: hidden layer widths of the Q-network (RL Zoo's CartPole-v1)."""
   double_dqn: bool = False
+  """dqn: Double DQN targets (the online network picks the next action, the
+  target network values it)."""
   dueling: bool = False
-  target_update_period: int = 128  # gradient steps between target copies
+  """dqn: dueling Q-network, Q = V + A - mean(A)."""
+  target_update_period: int = 128
+  """dqn: gradient steps between copies of the Q-network into the target
+  network."""
   gradient_clipping: Optional[float] = 10.0
+  """dqn: gradient norm clipping (`DqnAgent`'s gradient_clipping); None:
+  off."""
   seed: Optional[int] = None
+  """Seed of the agent's own random ops (CQL-SAC's sampled actions); None:
+  unseeded. The pipelines pass --seed."""
 
 
 def _defaults(kind: str, config: AgentConfig) -> AgentConfig:

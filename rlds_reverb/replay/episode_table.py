@@ -79,8 +79,35 @@ def check_episode_table(client: reverb.Client, table: str) -> None:
         f'table {table!r} samples {kind}; the in-memory feed reads whole '
         'episodes from a table made by replay.episode_table.make_table '
         '(min-heap sampler, written with sequence_length=None; '
-        'pipelines.push --items episodes). Read this table with the '
-        'streaming feed instead (--feed stream).')
+        'pipelines.push --feed_table / pipelines.serve --feed_table). Read '
+        'this table with the streaming feed instead (--feed stream).')
+
+
+def check_table_kind(client: reverb.Client, table: str, *,
+                     episodes: bool) -> None:
+  """Checks, before a write, that `table` is an episode table iff `episodes`.
+
+  Whole episodes written unread belong in an episode table; items of a
+  fixed length in any other (a min-heap would hand the learner the same
+  item over and over).
+
+  Raises:
+    ValueError: `episodes` and `table` is not an episode table, or the
+      other way round.
+  """
+  if is_episode_table(client, table) == episodes:
+    return
+  if episodes:
+    kind = tables.get_table_info(client, table).sampler_options.WhichOneof(
+        'distribution')
+    raise ValueError(
+        f'table {table!r} samples {kind}: it is not an episode table, which '
+        'takes whole episodes for the in-memory feed (make one with '
+        'pipelines.serve --feed_table or replay.episode_table.make_table)')
+  raise ValueError(
+      f'table {table!r} is an episode table (min-heap sampler, whole '
+      'episodes for the in-memory feed): write whole episodes into it, '
+      'unread (pipelines.push --feed_table)')
 
 
 class EpisodeReader:
