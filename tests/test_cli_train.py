@@ -256,7 +256,9 @@ def test_her_offline_from_generated_goal_data(tmp_path):
       '--her', 'final', '--k', '1', '--steps', '100', '--eval_interval',
       '100', '--eval_episodes', '2', '--batch_size', '32',
       '--root_dir', str(tmp_path / 'run')))
-  assert summary['episodes'] == 6 and summary['train_steps'] == 100
+  # Six 20-step episodes, read once into the memory, relabelled there.
+  assert summary['feed'] == 'memory' and summary['table_size'] == 6
+  assert summary['transitions'] == 6 * 20 and summary['train_steps'] == 100
   assert summary['her'] == 'final' and summary['k'] == 1.0
   assert 0.0 <= summary['success_rate'] <= 1.0
 

@@ -399,6 +399,10 @@ def _fill_table(config: OfflineConfig, rlds_data: tf.data.Dataset | None,
   if rlds_data is None or size:  # Theirs, or restored from our checkpoint.
     if config.feed == 'memory':
       episode_table.check_episode_table(client, config.table)
+    elif episode_table.is_episode_table(client, config.table):
+      raise ValueError(
+          f'table {config.table!r} holds whole episodes for the in-memory '
+          'feed; the streaming feed samples 2-step items: drop --feed stream')
     return offline_data.TableData(address, config.table, data_spec, size,
                                   None)
   with tqdm.tqdm(desc=f'push {config.dataset}', unit='step',
