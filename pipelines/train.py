@@ -224,14 +224,6 @@ _HER_NORMALIZE = flags.DEFINE_bool(
     'her_normalize', True, 'HER: normalise observations and goals with '
     'running statistics, clipped to +-5 (as the HER paper does); '
     '--noher_normalize feeds them raw.')
-_HER_EPISODES_PER_DRAW = flags.DEFINE_integer(
-    'her_episodes_per_draw', her.HerConfig.episodes_per_draw, 'HER: episodes '
-    'Reverb samples at a time; their transitions fill '
-    '--her_batches_per_draw batches.', lower_bound=1)
-_HER_BATCHES_PER_DRAW = flags.DEFINE_integer(
-    'her_batches_per_draw', her.HerConfig.batches_per_draw, 'HER: batches '
-    'relabelled, in one vectorised call, from one draw of episodes.',
-    lower_bound=1)
 _EXPLORATION_NOISE = flags.DEFINE_float(
     'exploration_noise', 0.1, 'Online td3 (and fine-tuning): std of the '
     'Gaussian noise added to the actor\'s actions, in action units.',
@@ -282,8 +274,6 @@ _FLAGS_OF_FIELD = {
     'PerConfig.eps': ('per_eps',),
     'PerConfig.priority_cap': ('per_priority_cap',),
     'HerConfig.strategy': ('her',),
-    'HerConfig.episodes_per_draw': ('her_episodes_per_draw',),
-    'HerConfig.batches_per_draw': ('her_batches_per_draw',),
 }
 
 
@@ -324,9 +314,7 @@ def _make(cls: type, **values: Any) -> Any:
 def _her_config() -> her.HerConfig | None:
   if _HER.value is None:
     return None
-  return _make(her.HerConfig, strategy=_HER.value, k=_K.value,
-               episodes_per_draw=_HER_EPISODES_PER_DRAW.value,
-               batches_per_draw=_HER_BATCHES_PER_DRAW.value)
+  return _make(her.HerConfig, strategy=_HER.value, k=_K.value)
 
 
 def _per_config(default_beta_steps: int) -> per.PerConfig:

@@ -22,8 +22,9 @@ otherwise it gets a goal by `strategy`:
 Rewards of the whole batch are recomputed in one vectorised call of the
 environment's function; the learner sees `concat(observation, goal)`.
 
-Reverb's cost is per sampled item, about 150 us for a 50-step Fetch episode
-here (every column's chunk is unpacked), so each draw of `episodes_per_draw`
+This module's `dataset` is the streaming sampler (the pipelines relabel in
+memory: `rlds_reverb.replay.hindsight`). Reverb's cost is per sampled item
+(every column's chunk is unpacked), so each draw of `episodes_per_draw`
 episodes is relabelled once, vectorised, into `batches_per_draw` batches: row
 i of the draw's transitions comes from episode i mod E, so a batch of 256
 from a draw of 64 episodes holds 4 transitions of each, and the default 8

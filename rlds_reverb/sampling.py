@@ -3,15 +3,18 @@
 `transition_dataset` yields what `ReverbReplayBuffer(data_spec, table,
 sequence_length=2).as_dataset(sample_batch_size=B, num_steps=2)` yields first
 (a `Trajectory` whose fields are [B, 2, ...]), i.e. what `agent.train` of
-TF-Agents' SAC/TD3 takes, for about a quarter of the CPU time.
+TF-Agents' SAC/TD3 takes, for a fraction of the CPU time (docs/training.md
+has the figures). Learners read tables into memory by default
+(`rlds_reverb.replay`); this streaming reader is for a remote table too big
+for the learner's memory.
 
 Where the time goes: Reverb's sampler unpacks every sampled item (one snappy
 decompression and slice per column and chunk, then fresh tensors for the
 data and the sample info), and tf.data hands each item over and copies it
-into the batch; together about 15-20 us of CPU per transition here, the floor
-of any `reverb.TrajectoryDataset` pipeline. TF-Agents adds two per-element
-maps (broadcasting the sample info, its sequence function) and a 32-way
-interleave per element, about 80-90 us in all. Here nothing else runs per
+into the batch: the floor of any `reverb.TrajectoryDataset` pipeline.
+TF-Agents adds two per-element maps (broadcasting the sample info, its
+sequence function) and a 32-way interleave per element. Here nothing else
+runs per
 element: the raw samples are batched first, then one vectorised map per batch
 drops the sample info and casts floats. Extra readers (for machines with
 free cores) run in parallel as whole-batch streams, so their interleave
@@ -99,9 +102,8 @@ def transition_dataset(
     sequence_length: Trajectories per item (the second dimension).
     num_parallel_readers: Reverb samplers working in parallel, each making
       whole batches. One already keeps two threads busy (Reverb's sampler
-      and the batching); more pay off only where cores are free. On the
-      2-core VM, shared with a training job, one was as fast as two (within
-      the noise) with fewer threads, and four were slower (bench/sample.py).
+      and the batching); more pay off only where cores are free
+      (bench/sample.py measures it).
     max_in_flight: Items a sampler asks a remote server for at a time; None
       is 2 * batch_size, Reverb's rule of thumb. Larger is faster over gRPC
       but draws more items from one snapshot of the table.

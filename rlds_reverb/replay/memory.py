@@ -48,10 +48,6 @@ def _check_positive_int(name: str, value: Any) -> int:
   return int(value)
 
 
-def _step_type_field(path: tuple) -> bool:
-  return bool(path) and path[-1] in ('step_type', 'next_step_type')
-
-
 class TransitionMemory(tf.Module):
   """Per-step storage of trajectories with a uniform in-graph sampler.
 
@@ -76,8 +72,9 @@ class TransitionMemory(tf.Module):
     self._paths = [p for p, _ in tree.flatten_with_path(data_spec)]
 
     def storage(path, spec):
-      # Step types fit a byte; stored so, read back as their spec's dtype.
-      dtype = tf.int8 if _step_type_field(path) else tf.as_dtype(spec.dtype)
+      # Stored in the spec's dtype: a cast per read would cost the learner
+      # an op per field on every batch.
+      dtype = tf.as_dtype(spec.dtype)
       return tf.Variable(
           tf.zeros([self.capacity] + list(spec.shape), dtype),
           trainable=False, name='/'.join(map(str, path)) or 'data')
@@ -247,18 +244,21 @@ class TransitionMemory(tf.Module):
   # --------------------------------------------------------------- reading
 
   def sample_rows(self, batch_size: int) -> tf.Tensor:
-    """Rows of `batch_size` transitions drawn uniformly (with replacement)."""
-    tf.debugging.assert_positive(
-        self.num_transitions,
-        message='the replay memory holds no transition yet')
+    """Rows of `batch_size` transitions drawn uniformly (with replacement).
+
+    Learners draw only once the memory holds a transition (the replay's
+    `ready`); eagerly an empty memory fails with a message that says so.
+    """
+    if tf.executing_eagerly() and int(self.num_transitions) == 0:
+      raise tf.errors.InvalidArgumentError(
+          None, None, 'the replay memory holds no transition yet')
     slot = tf.random.uniform([batch_size], 0, self.num_transitions, tf.int32)
     return tf.gather(self._index, slot)
 
   def _read(self, column: tf.Variable, path: tuple, rows: tf.Tensor,
             spec: Any) -> tf.Tensor:
+    del path, spec
     x = tf.gather(column, rows)
-    if _step_type_field(path):
-      return tf.cast(x, spec.dtype)
     if (self._float_dtype is not None and x.dtype.is_floating
         and x.dtype != self._float_dtype):
       x = tf.cast(x, self._float_dtype)
