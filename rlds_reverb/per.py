@@ -27,7 +27,7 @@ PER: a handful of batches may be drawn before the previous update lands.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import gin
 import numpy as np
@@ -211,25 +211,37 @@ class PrioritizedTrainStep:
 
   def __call__(self, batch: tuple[Any, reverb.SampleInfo]) -> tf.Tensor:
     experience, info = batch
-    config = self.config
-    beta_now = beta(self.agent.train_step_counter, config.beta0,
-                    config.beta_steps)
-    weights = importance_weights(info.probability, info.table_size, beta_now)
-    loss_info = self.agent.train(experience, weights=weights)
-    priorities = priorities_from_td_errors(td_errors(loss_info), config.eps,
-                                           config.priority_cap)
-    self.updater.update(info.key, priorities)
-    self.max_priority.observe(priorities)
-    step = self.agent.train_step_counter
-    with tf.name_scope('per/'):  # Absolute: not under the learner's loop.
-      tf.summary.scalar('beta', beta_now, step=step)
-      tf.summary.scalar('max_priority', self.max_priority.variable,
-                        step=step)
-      tf.summary.scalar('mean_priority', tf.reduce_mean(priorities),
-                        step=step)
-      tf.summary.scalar('mean_importance_weight', tf.reduce_mean(weights),
-                        step=step)
-    return loss_info.loss
+
+    def update(priorities):
+      self.updater.update(info.key, priorities)
+      self.max_priority.observe(priorities)
+
+    return weighted_train_step(self.agent, experience, info.probability,
+                               info.table_size, self.config, update,
+                               self.max_priority.variable)
+
+
+def weighted_train_step(agent: Any, experience: Any, probability: tf.Tensor,
+                        size: tf.Tensor, config: PerConfig,
+                        update: Callable[[tf.Tensor], None],
+                        max_priority: tf.Variable) -> tf.Tensor:
+  """One PER step of any sampler: importance weights from the draw
+  probabilities, the weighted loss, `update(new priorities)`; writes the
+  per/ TensorBoard scalars. Returns the total loss."""
+  beta_now = beta(agent.train_step_counter, config.beta0, config.beta_steps)
+  weights = importance_weights(probability, size, beta_now)
+  loss_info = agent.train(experience, weights=weights)
+  priorities = priorities_from_td_errors(td_errors(loss_info), config.eps,
+                                         config.priority_cap)
+  update(priorities)
+  step = agent.train_step_counter
+  with tf.name_scope('per/'):  # Absolute: not under the learner's loop.
+    tf.summary.scalar('beta', beta_now, step=step)
+    tf.summary.scalar('max_priority', max_priority, step=step)
+    tf.summary.scalar('mean_priority', tf.reduce_mean(priorities), step=step)
+    tf.summary.scalar('mean_importance_weight', tf.reduce_mean(weights),
+                      step=step)
+  return loss_info.loss
 
 
 def dataset(server_address: str, table: str, data_spec: Any,

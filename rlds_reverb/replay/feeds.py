@@ -154,25 +154,10 @@ class PrioritizedTrainStep:
 
   def __call__(self, batch: tuple[Any, SampleInfo]) -> tf.Tensor:
     experience, info = batch
-    config = self.feed.config
-    beta_now = per.beta(self.agent.train_step_counter, config.beta0,
-                        config.beta_steps)
-    weights = per.importance_weights(info.probability, info.num_transitions,
-                                     beta_now)
-    loss_info = self.agent.train(experience, weights=weights)
-    priorities = per.priorities_from_td_errors(
-        per.td_errors(loss_info), config.eps, config.priority_cap)
-    self.feed.update(info.rows, priorities)
-    step = self.agent.train_step_counter
-    with tf.name_scope('per/'):
-      tf.summary.scalar('beta', beta_now, step=step)
-      tf.summary.scalar('max_priority', self.feed.max_priority.variable,
-                        step=step)
-      tf.summary.scalar('mean_priority', tf.reduce_mean(priorities),
-                        step=step)
-      tf.summary.scalar('mean_importance_weight', tf.reduce_mean(weights),
-                        step=step)
-    return loss_info.loss
+    return per.weighted_train_step(
+        self.agent, experience, info.probability, info.num_transitions,
+        self.feed.config, lambda p: self.feed.update(info.rows, p),
+        self.feed.max_priority.variable)
 
 
 def _check(batch_size: int, n_step: int, gamma: float) -> None:
