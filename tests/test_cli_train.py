@@ -195,33 +195,6 @@ def test_dataset_for_another_env_is_refused(dataset, tmp_path):
   assert "'observation' has shape [17] but env Hopper-v5 needs [11]" in line
 
 
-def test_plot_draws_several_runs_on_one_png(tmp_path):
-  runs = []
-  for name, returns in (('per', [10, 200, 500]), ('uniform', [10, 100, 300])):
-    run = tmp_path / name
-    run.mkdir()
-    (run / 'eval.jsonl').write_text(''.join(
-        json.dumps({'env_steps': 1000 * (i + 1), 'average_return': r}) + '\n'
-        for i, r in enumerate(returns)))
-    runs.append(str(run))
-  out = tmp_path / 'both.png'
-  proc = subprocess.run(
-      [sys.executable, '-m', 'pipelines.plot', '--run_dirs', ','.join(runs),
-       '--labels', 'prioritized,uniform', '--hline', '475', '--out',
-       str(out)], cwd=REPO, env=ENV, capture_output=True, text=True,
-      timeout=TIMEOUT_S, check=False)
-  assert proc.returncode == 0, proc.stderr
-  assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-  assert f'plot: wrote {out} (2 runs)' in proc.stdout
-  missing = subprocess.run(
-      [sys.executable, '-m', 'pipelines.plot', '--run_dirs',
-       str(tmp_path / 'nope'), '--out', str(out)], cwd=REPO, env=ENV,
-      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-  assert missing.returncode == 1
-  assert f'plot: error: {tmp_path / "nope"} has no eval.jsonl' in (
-      missing.stderr)
-
-
 def test_her_online_fetchreach_run_resume_and_success_rate(tmp_path):
   root = str(tmp_path / 'her')
   common = ['--agent', 'td3', '--env', 'FetchReach-v4', '--her', 'future',

@@ -28,10 +28,7 @@ import tree
 import rlds_reverb
 from rlds_reverb import convert
 
-try:
-  from tests import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
-except ImportError:
-  import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 
 FIRST, MID, LAST = (int(ts.StepType.FIRST), int(ts.StepType.MID),
                     int(ts.StepType.LAST))

@@ -1,5 +1,7 @@
 """In-graph feeds (rlds_reverb.replay.feeds): prioritized replay on the
-memory's sum tree, its write-back to Reverb, mixed batches.
+memory's sum tree, its write-back to Reverb, mixed batches. (A whole
+prioritized offline run that writes the priorities back is in
+test_offline.py.)
 
 Statistical bounds: chi-square below dof + 6 sd (a correct sampler exceeds
 it with probability below 1e-6 for these dofs).
@@ -10,21 +12,15 @@ import pytest
 import tensorflow as tf
 import tree
 
-import rlds_reverb
 from rlds_reverb import per
 from rlds_reverb import tables
-from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import memory as memory_lib
-from test_memory import chi_square, chi_square_bound  # pylint: disable=g-bad-import-order
-
-
-@pytest.fixture(scope='module')
-def cartpole():
-  return envs.env_specs('CartPole-v1')
+from conftest import chi_square  # pylint: disable=g-bad-import-order
+from conftest import chi_square_bound  # pylint: disable=g-bad-import-order
 
 
 def _episode(spec, length, seed=0, terminal=False):
@@ -204,38 +200,3 @@ def test_bad_feed_arguments(cartpole):
     feeds.UniformFeed(memory, 4, n_step=0)
   with pytest.raises(ValueError, match='gamma'):
     feeds.UniformFeed(memory, 4, gamma=1.5)
-
-
-def test_offline_prioritized_run_keeps_priorities_in_the_store(tmp_path):
-  """A memory-fed prioritized offline run: priorities move, are written to
-  the side table at each checkpoint, and a resumed run reads them back."""
-  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
-  from test_learners import _rlds  # pylint: disable=g-import-not-at-top,g-bad-import-order
-  rlds_data = _rlds([40, 30], dtype=np.float32)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  server = tables.start_server([
-      episode_table.make_table('rlds', spec, max_episodes=100),
-      feeds.make_priority_table('rlds')])
-  try:
-    client = server.localhost_client()
-    rlds_reverb.push_rlds_to_table(rlds_data, client, 'rlds',
-                                   sequence_length=None,
-                                   priority=episode_table.UNREAD)
-    config = offline.OfflineConfig(
-        agent='td3_bc', dataset='table', root_dir=str(tmp_path / 'run'),
-        reverb_address=f'localhost:{server.port}', train_steps=40,
-        batch_size=16, eval_interval=40, eval_episodes=1,
-        checkpoint_interval=20, replay='prioritized',
-        agent_config=agents.AgentConfig(actor_layers=(16,),
-                                        critic_layers=(16,)))
-    summary = offline.train_offline(config, show_progress=False)
-    assert summary['feed'] == 'memory' and summary['transitions'] == 68
-    stored = next(client.sample('rlds.priorities', 1, emit_timesteps=False,
-                                unpack_as_table_signature=True))
-    stored = stored[0] if isinstance(stored, list) else stored
-    values = np.asarray(stored.data['priorities'])
-    assert sorted(np.asarray(stored.data['lengths']).tolist()) == [30, 40]
-    moved = values[values > 0]
-    assert len(set(np.round(moved, 6).tolist())) > 5  # Not all at 1.0.
-  finally:
-    server.stop()

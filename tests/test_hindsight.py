@@ -20,10 +20,8 @@ import rlds_reverb
 from rlds_reverb import her
 from rlds_reverb.replay import hindsight
 from rlds_reverb.replay import memory as memory_lib
-try:
-  from tests import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
-except ImportError:
-  import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
+from conftest import chi_square_bound  # pylint: disable=g-bad-import-order
 
 BATCH = 1024
 LENGTHS = [0, 2, 10, 50]  # transitions per episode; 0: a one-step episode
@@ -33,10 +31,6 @@ def sparse_reward(achieved, desired):
   """FetchReach's rule: 0 within 0.05 of the goal, else -1."""
   return -(np.linalg.norm(achieved - desired, axis=-1) > 0.05).astype(
       np.float32)
-
-
-def chi_square_bound(dof: int) -> float:
-  return dof + 6.0 * np.sqrt(2.0 * dof)
 
 
 def goal_episode(episode_id: int, transitions: int, terminal: bool = False

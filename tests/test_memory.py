@@ -1,34 +1,22 @@
-"""The in-memory replay: episode tables read once, transitions equal to the
-pushed 2-step items, n-step returns, uniform draws, eviction."""
+"""The in-memory replay (rlds_reverb.replay.memory): transitions equal to
+the pushed 2-step items, n-step returns, uniform draws, eviction. Reading the
+episode tables it is filled from: test_episode_table.py."""
 
-from typing import Any, List
+from typing import Any
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
-import reverb
 import tensorflow as tf
-from tf_agents.specs import tensor_spec
 import tree
 
 import rlds_reverb
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import memory as memory_lib
-try:
-  from tests import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
-except ImportError:
-  import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
-
-def chi_square(observed, expected) -> float:
-  observed, expected = np.asarray(observed, float), np.asarray(expected, float)
-  return float(np.sum((observed - expected) ** 2 / expected))
-
-
-def chi_square_bound(dof: int) -> float:
-  """dof + 6 sd of the chi-square: a correct sampler exceeds it with
-  probability below 1e-6 for the dofs used here."""
-  return dof + 6.0 * np.sqrt(2.0 * dof)
-
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
+from conftest import _Server  # pylint: disable=g-bad-import-order
+from conftest import chi_square  # pylint: disable=g-bad-import-order
+from conftest import chi_square_bound  # pylint: disable=g-bad-import-order
 
 EDGE_LENGTHS = [5, 1, 2, 0, 7, 1, 3]
 EDGE_TERMINAL = [True, True, False, True, False, False, True]
@@ -37,28 +25,6 @@ EDGE_TERMINAL = [True, True, False, True, False, False, True]
 def _items_of(flat_item: Any) -> bytes:
   return b''.join(np.ascontiguousarray(x).tobytes()
                   for x in tree.flatten(flat_item))
-
-
-class _Server:
-  """A real Reverb server with a queue of 2-step items and an episode table."""
-
-  def __init__(self, spec: Any):
-    self.server = reverb.Server([
-        reverb.Table.queue('pairs', 10_000,
-                           signature=tensor_spec.add_outer_dim(spec)),
-        episode_table.make_table('episodes', spec, max_episodes=10_000)])
-    self.client = reverb.Client(f'localhost:{self.server.port}')
-
-  def pairs(self) -> List[Any]:
-    size = self.client.server_info()['pairs'].current_size
-    if not size:
-      return []
-    return [s.data for s in self.client.sample(
-        'pairs', num_samples=size, emit_timesteps=False,
-        unpack_as_table_signature=True)]
-
-  def stop(self):
-    self.server.stop()
 
 
 def _push_both(server: _Server, rlds_data, zero_terminal_discount=True):
@@ -109,61 +75,6 @@ class FeedEqualsPushedItemsTest(parameterized.TestCase):
         self.assertEqual(x.shape, y.shape)
     self.assertEqual(sorted(map(_items_of, ours)),
                      sorted(map(_items_of, pairs)))
-
-
-class EpisodeReaderTest(absltest.TestCase):
-
-  def setUp(self):
-    super().setUp()
-    self.episodes = fx.episodes_with_lengths([4, 3, 6, 1, 2])
-    self.rlds = fx.make_rlds(self.episodes)
-    self.spec = rlds_reverb.create_trajectory_data_spec(self.rlds)
-    self.server = _Server(self.spec)
-    self.addCleanup(self.server.stop)
-
-  def _push(self, rlds_data):
-    rlds_reverb.push_rlds_to_table(rlds_data, self.server.client, 'episodes',
-                                   sequence_length=None,
-                                   priority=episode_table.UNREAD)
-
-  def test_read_all_takes_each_episode_once_every_pass(self):
-    self._push(self.rlds)
-    reader = episode_table.EpisodeReader(self.server.client, 'episodes')
-    for _ in range(3):
-      read = reader.read_all()
-      self.assertLen(read, 5)
-      self.assertLen({e.key for e in read}, 5)
-      self.assertEqual(sorted(len(e.data.step_type) for e in read),
-                       [1, 2, 3, 4, 6])
-    # The table still holds everything: reading removes nothing.
-    self.assertEqual(
-        self.server.client.server_info()['episodes'].current_size, 5)
-
-  def test_a_new_reader_reads_everything_again(self):
-    self._push(self.rlds)
-    episode_table.EpisodeReader(self.server.client, 'episodes').read_all()
-    again = episode_table.EpisodeReader(self.server.client,
-                                        'episodes').read_all()
-    self.assertLen({e.key for e in again}, 5)
-
-  def test_read_new_takes_only_unread_episodes(self):
-    self._push(self.rlds)
-    reader = episode_table.EpisodeReader(self.server.client, 'episodes')
-    self.assertLen(reader.read_new(), 5)
-    self.assertEqual(reader.read_new(), [])
-    self._push(fx.make_rlds(fx.episodes_with_lengths([2, 9], seed=50)))
-    new = reader.read_new()
-    self.assertEqual(sorted(len(e.data.step_type) for e in new), [2, 9])
-    self.assertEqual(reader.read_new(), [])
-
-  def test_empty_table_reads_nothing_without_blocking(self):
-    reader = episode_table.EpisodeReader(self.server.client, 'episodes')
-    self.assertEqual(reader.read_all(), [])
-    self.assertEqual(reader.read_new(), [])
-
-  def test_refuses_a_table_it_cannot_read_once(self):
-    with self.assertRaisesRegex(ValueError, 'min-heap.*--feed stream'):
-      episode_table.EpisodeReader(self.server.client, 'pairs')
 
 
 def _memory_with(lengths, terminal=None, capacity=None, **kwargs):

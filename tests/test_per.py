@@ -16,20 +16,14 @@ from rlds_reverb import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
-from rlds_reverb.learners import dqn
 from rlds_reverb.learners import loop
-from rlds_reverb.learners import online
 from rlds_reverb.learners import run
-from test_learners import _fixed_batch  # pylint: disable=g-bad-import-order
+from conftest import _dqn  # pylint: disable=g-bad-import-order
+from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 
 TABLE = 'per'
 # Chi-square quantile 1 - 1e-6 with 7 degrees of freedom (Wilson-Hilferty).
 CHI2_7DOF_1E6 = 41.9
-
-
-@pytest.fixture(scope='module')
-def cartpole():
-  return envs.env_specs('CartPole-v1')
 
 
 @pytest.fixture(scope='module')
@@ -232,13 +226,6 @@ def _filled_cartpole_server(data_spec, steps=600):
   return server
 
 
-def _dqn(cartpole, **config):
-  tf.random.set_seed(0)
-  return agents.make_agent('dqn', cartpole.time_step_spec,
-                           cartpole.action_spec,
-                           agents.AgentConfig(q_layers=(32, 32), **config))
-
-
 def test_train_step_sets_priorities_from_dqn_td_errors(cartpole, data_spec):
   server = _filled_cartpole_server(data_spec)
   try:
@@ -281,26 +268,6 @@ def test_importance_weights_reach_the_dqn_loss(cartpole, data_spec):
   assert float(agent.train(experience, weights=tf.ones(32)).loss) > 0.0
 
 
-@pytest.mark.parametrize('kind', ['sac', 'td3', 'td3_bc', 'cql_sac'])
-def test_critic_learners_report_td_errors_and_take_weights(kind):
-  specs = envs.env_specs('HalfCheetah-v5')
-  agent = agents.make_agent(
-      kind, specs.time_step_spec, specs.action_spec,
-      agents.AgentConfig(actor_layers=(32,), critic_layers=(32,),
-                         cql_bc_steps=0))
-  batch = _fixed_batch(32)
-  info = agent.train(batch, weights=tf.ones(32))
-  td_error = info.extra.td_error.numpy()
-  assert td_error.shape == (32,)
-  assert np.all(np.isfinite(td_error)) and np.all(td_error >= 0)
-  assert td_error.max() > 0
-  assert float(per.td_errors(info).numpy().sum()) == pytest.approx(
-      float(td_error.sum()))
-  zero = agent.train(batch, weights=tf.zeros(32))
-  # TF-Agents' own loss fields are still there, next to td_error.
-  assert float(zero.extra.critic_loss) == pytest.approx(0.0, abs=1e-6)
-
-
 def test_an_agent_without_td_errors_is_named():
   specs = envs.env_specs('HalfCheetah-v5')
   agent = agents.make_agent('bc', specs.time_step_spec, specs.action_spec,
@@ -333,100 +300,3 @@ def test_short_prioritized_dqn_run_lowers_the_td_error_on_a_fixed_batch(
   assert learner.train_step == 300
   assert after < 0.5 * before, (before, after)
   assert max_priority() > 0
-
-
-@pytest.mark.parametrize('dueling', [False, True])
-def test_numpy_q_policy_is_the_q_network(cartpole, dueling):
-  agent = _dqn(cartpole, dueling=dueling)
-  policy = dqn.export_q_policy(agent, cartpole.action_spec)
-  obs = np.random.default_rng(0).normal(size=(50, 4)).astype(np.float32)
-  q_values, _ = agent._q_network(obs)  # pylint: disable=protected-access
-  np.testing.assert_allclose(policy._last_layer(obs), q_values.numpy(),  # pylint: disable=protected-access
-                             rtol=1e-4, atol=1e-5)
-  np.testing.assert_array_equal(policy.greedy(obs),
-                                np.argmax(q_values.numpy(), axis=1))
-  if dueling:
-    assert isinstance(agent._q_network, dqn.DuelingQNetwork)  # pylint: disable=protected-access
-
-
-def test_epsilon_greedy_explores_at_the_given_rate(cartpole):
-  policy = dqn.export_q_policy(_dqn(cartpole), cartpole.action_spec)
-  obs = np.zeros((4000, 4), np.float32)  # Same state: one greedy action.
-  greedy = policy.greedy(obs[:1])[0]
-  actions, log_probs = policy.epsilon_greedy(obs, np.random.default_rng(0),
-                                             0.3)
-  # Greedy with probability 0.7 + 0.3 / 2; 6 sigma of a binomial.
-  share = np.mean(actions == greedy)
-  assert abs(share - 0.85) < 6 * np.sqrt(0.85 * 0.15 / 4000)
-  np.testing.assert_allclose(np.exp(log_probs),
-                             np.where(actions == greedy, 0.85, 0.15))
-  same, _ = policy.epsilon_greedy(obs, np.random.default_rng(0), 0.0)
-  assert np.all(same == greedy)
-  assert dqn.epsilon(0, 100, 0.04) == 1.0
-  assert dqn.epsilon(50, 100, 0.04) == pytest.approx(0.52)
-  assert dqn.epsilon(500, 100, 0.04) == pytest.approx(0.04)
-
-
-def test_dqn_refuses_continuous_actions():
-  specs = envs.env_specs('HalfCheetah-v5')
-  with pytest.raises(ValueError, match='dqn needs one discrete action'):
-    agents.make_agent('dqn', specs.time_step_spec, specs.action_spec)
-  with pytest.raises(ValueError, match='needs discrete actions'):
-    online.check_agent_fits_env('dqn', specs)
-  with pytest.raises(ValueError, match='has discrete actions'):
-    online.check_agent_fits_env('sac', envs.env_specs('CartPole-v1'))
-
-
-def test_prioritized_offline_training_moves_the_priorities(tmp_path):
-  """Prioritized sampling over a pushed RLDS dataset (--reverb_address)."""
-  from rlds_reverb import convert  # pylint: disable=g-import-not-at-top
-  from rlds_reverb import push  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
-  from test_learners import _rlds  # pylint: disable=g-import-not-at-top,g-bad-import-order
-  rlds_data = _rlds([40, 30], dtype=np.float32)
-  spec = convert.create_trajectory_data_spec(rlds_data)
-  server = tables.start_server([per.make_table('rlds', spec, max_size=100)])
-  try:
-    client = server.localhost_client()
-    push.push_rlds_to_table(rlds_data, client, 'rlds', sequence_length=2)
-    config = offline.OfflineConfig(
-        agent='td3_bc', dataset='table', root_dir=str(tmp_path / 'run'),
-        reverb_address=f'localhost:{server.port}', train_steps=40,
-        batch_size=16, eval_interval=40, eval_episodes=1,
-        checkpoint_interval=40, replay='prioritized', feed='stream',
-        agent_config=agents.AgentConfig(actor_layers=(16,),
-                                        critic_layers=(16,)))
-    summary = offline.train_offline(config, show_progress=False)
-    assert summary['replay'] == 'prioritized' and summary['train_steps'] == 40
-    priorities = [item.info.priority for item in
-                  client.sample('rlds', num_samples=200,
-                                emit_timesteps=False)]
-    assert len(set(priorities)) > 5  # No longer all the insert priority 1.0.
-  finally:
-    server.stop()
-  uniform = tables.start_server([tables.make_table('rlds', spec,
-                                                   max_size=100)])
-  try:
-    push.push_rlds_to_table(rlds_data, uniform.localhost_client(), 'rlds',
-                            sequence_length=2)
-    config.reverb_address = f'localhost:{uniform.port}'
-    config.root_dir = str(tmp_path / 'run2')
-    with pytest.raises(ValueError, match="samples uniform, not by priority"):
-      offline.train_offline(config, show_progress=False)
-  finally:
-    uniform.stop()
-
-
-def test_offline_config_errors():
-  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
-  base = dict(dataset='d', root_dir='/tmp/x', replay='prioritized')
-  specs = envs.env_specs('HalfCheetah-v5')
-  with pytest.raises(ValueError, match='bc has no TD error'):
-    offline._check(offline.OfflineConfig(agent='bc', **base), specs)  # pylint: disable=protected-access
-  with pytest.raises(ValueError, match='offline phase only'):
-    offline._check(offline.OfflineConfig(  # pylint: disable=protected-access
-        agent='td3_bc', online_finetune_steps=10, **base), specs)
-  with pytest.raises(ValueError, match='replay must be one of'):
-    offline._check(offline.OfflineConfig(agent='td3_bc', dataset='d',  # pylint: disable=protected-access
-                                         root_dir='/tmp/x', replay='rank'),
-                    specs)

@@ -24,10 +24,7 @@ import tree
 import rlds_reverb
 from rlds_reverb import push
 
-try:
-  from tests import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
-except ImportError:
-  import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 
 SIGNATURE_MISMATCH = (
     'Replay buffer table signature spec should match RLDS data spec.')

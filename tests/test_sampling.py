@@ -20,10 +20,7 @@ import rlds_reverb
 from rlds_reverb import sampling
 from rlds_reverb import tables
 
-try:
-  from tests import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
-except ImportError:
-  import rlds_fixtures as fx  # pylint: disable=g-import-not-at-top
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 
 _LENGTHS = [7, 12, 3, 9, 2, 11, 6, 10]
 _TERMINAL = [True, False, True, False, True, True, False, True]

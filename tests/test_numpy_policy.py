@@ -1,0 +1,53 @@
+"""rlds_reverb.acting.numpy_policy: sampling log-probs equal TF-Agents',
+epsilon-greedy exploration, policy files.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import dqn
+from rlds_reverb.learners import export
+from conftest import _dqn  # pylint: disable=g-bad-import-order
+
+
+def test_sampled_actions_have_the_tf_agents_log_prob(specs):
+  agent = agents.make_agent('sac', specs.time_step_spec, specs.action_spec)
+  policy = export.from_network(agents.actor_network(agent),
+                               'tanh_normal', specs.action_spec)
+  obs = np.random.default_rng(1).normal(size=(16, 17)).astype(np.float32)
+  actions, log_probs = policy.sample(obs, np.random.default_rng(2))
+  distribution = agent.collect_policy.distribution(
+      ts.restart(tf.constant(obs), batch_size=16)).action
+  np.testing.assert_allclose(log_probs, distribution.log_prob(actions),
+                             rtol=1e-4, atol=1e-4)
+  assert np.all(np.abs(actions) <= 1.0)
+
+
+def test_epsilon_greedy_explores_at_the_given_rate(cartpole):
+  policy = dqn.export_q_policy(_dqn(cartpole), cartpole.action_spec)
+  obs = np.zeros((4000, 4), np.float32)  # Same state: one greedy action.
+  greedy = policy.greedy(obs[:1])[0]
+  actions, log_probs = policy.epsilon_greedy(obs, np.random.default_rng(0),
+                                             0.3)
+  # Greedy with probability 0.7 + 0.3 / 2; 6 sigma of a binomial.
+  share = np.mean(actions == greedy)
+  assert abs(share - 0.85) < 6 * np.sqrt(0.85 * 0.15 / 4000)
+  np.testing.assert_allclose(np.exp(log_probs),
+                             np.where(actions == greedy, 0.85, 0.15))
+  same, _ = policy.epsilon_greedy(obs, np.random.default_rng(0), 0.0)
+  assert np.all(same == greedy)
+  assert dqn.epsilon(0, 100, 0.04) == 1.0
+  assert dqn.epsilon(50, 100, 0.04) == pytest.approx(0.52)
+  assert dqn.epsilon(500, 100, 0.04) == pytest.approx(0.04)
+
+
+def test_policy_file_errors(tmp_path):
+  with pytest.raises(FileNotFoundError, match='no policy file'):
+    numpy_policy.load(str(tmp_path / 'missing.npz'))
+  np.savez(tmp_path / 'other.npz', x=np.zeros(2))
+  with pytest.raises(ValueError, match='not a policy file'):
+    numpy_policy.load(str(tmp_path / 'other.npz'))
