@@ -197,7 +197,7 @@ class UniformAndEvictionTest(absltest.TestCase):
     memory, converted = _memory_with([100] * 5)
     memory.add(converted)
     raw = sum(x.nbytes for e in converted for x in tree.flatten(e))
-    # Step types as bytes and a 4-byte index: at most 1.2x the raw steps.
+    # The steps once and a 4-byte index: at most 1.2x the raw steps.
     self.assertLess(memory.bytes, 1.2 * raw)
 
 
