@@ -76,7 +76,8 @@ _ZERO_TERMINAL_DISCOUNT = flags.DEFINE_bool(
     'zero_terminal_discount', False, 'Zero the discount of the step that '
     'leads into a terminal state, so TD targets do not bootstrap through it '
     '(truncated endings keep theirs). Off: the data is stored as TF-Agents '
-    'converts it.')
+    'converts it. With --feed_table it is on unless given as '
+    '--nozero_terminal_discount: learners train on that table as it is.')
 _MAX_SIZE = flags.DEFINE_integer(
     'max_size', DEFAULT_MAX_SIZE, 'Embedded server only: most items the table '
     'holds; beyond it the oldest are evicted (and the summary says how many).',
@@ -335,7 +336,12 @@ def config_from_flags() -> PushConfig:
       stride_length=_STRIDE_LENGTH.value,
       max_episodes=_PUSH_FLAGS.max_episodes.value,
       priority=episode_table.UNREAD if feed_table else _PRIORITY.value,
-      zero_terminal_discount=_ZERO_TERMINAL_DISCOUNT.value,
+      # Learners train on a feed table as it is: the terminal fix is on
+      # there unless the flag turns it off.
+      zero_terminal_discount=(
+          _ZERO_TERMINAL_DISCOUNT.value
+          if flags.FLAGS['zero_terminal_discount'].present or not feed_table
+          else True),
       num_workers=_NUM_WORKERS.value, max_size=_MAX_SIZE.value,
       sampler=_SAMPLER.value, alpha=_ALPHA.value,
       checkpoint_dir=_CHECKPOINT_DIR.value, serve=_SERVE.value,

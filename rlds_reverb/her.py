@@ -371,12 +371,13 @@ class ObservationFlattener:
                                np.float32)
 
 
-def update_normalizer(normalizer: GoalNormalizer,
-                      episodes: list[dict[str, Any]]) -> None:
-  """Adds RLDS episodes' observations, and both their desired and achieved
-  goals (the goals relabelling will use), to the statistics."""
+def update_normalizer(normalizer: GoalNormalizer, episodes: list[Any]) -> None:
+  """Adds episodes' observations, and both their desired and achieved goals
+  (the goals relabelling will use), to the statistics. An episode is RLDS
+  steps (a dict) or converted trajectories (a `Trajectory`)."""
   for steps in episodes:
-    observation = steps['observation']
+    observation = (steps['observation'] if isinstance(steps, dict)
+                   else steps.observation)
     normalizer.update(observation[OBSERVATION],
                       np.concatenate([observation[DESIRED_GOAL],
                                       observation[ACHIEVED_GOAL]]))

@@ -44,10 +44,11 @@ class Collector:
 
   Episodes still running when `collect` returns carry over to the next call;
   only finished episodes are written (a partial episode is not valid RLDS).
-  Items go in at `priority()` (prioritized replay: the largest priority so
-  far, `per.MaxPriority`); 1.0 by default. Goal envs (`her`) write whole
-  episodes (`sequence_length=None`) at `priority_fn(steps)`, and hand each
-  batch of finished episodes to `on_episodes` (normaliser statistics).
+  Items go in at `priority()` (1.0 by default; an episode table for the
+  learners' in-memory feed takes whole episodes, `sequence_length=None`, at
+  priority 0, unread). For streaming tables: `priority_fn(steps)` sets a
+  whole episode's priority from its length (`her.make_table`), and
+  `on_episodes` sees each batch of finished episodes.
   """
 
   def __init__(self, env_id: str, client: reverb.Client, table: str, *,

@@ -39,7 +39,7 @@ class Learner:
                train_step_fn: Callable[[Any], tf.Tensor] | None = None,
                **extra_state: Any):
     """`train_step_fn(batch) -> loss` replaces `agent.train(batch).loss`
-    (prioritized replay: `per.PrioritizedTrainStep`); `extra_state` goes
+    (prioritized replay: the replay variant's train step); `extra_state` goes
     into the checkpoint with the agent."""
     self.agent = agent
     self._train_step_fn = train_step_fn or (
@@ -141,33 +141,3 @@ class Learner:
                        y_label=y.replace('_', ' ') +
                        ' (greedy, eval episodes)')
     return record
-
-
-class TrainPhases:
-  """Gradient steps in phases that stop at every multiple of `intervals`
-  (evaluation, checkpoints) and at `total`; iterating trains one phase and
-  yields (step after it, its last loss, steps it took). The rate leaves out
-  the first phase of a process, which traces the graph."""
-
-  def __init__(self, learner: Learner, iterator: Iterator[Any], total: int,
-               intervals: tuple[int, ...]):
-    self._learner, self._iterator = learner, iterator
-    self._total, self._intervals = total, intervals
-    self._seconds, self._timed = 0.0, 0
-
-  def __iter__(self) -> Iterator[tuple[int, float, int]]:
-    start = self._learner.train_step
-    while self._learner.train_step < self._total:
-      before = self._learner.train_step
-      todo = min([i - before % i for i in self._intervals] +
-                 [self._total - before])
-      t0 = time.perf_counter()
-      loss = self._learner.train(self._iterator, todo)
-      if before > start:
-        self._seconds += time.perf_counter() - t0
-        self._timed += todo
-      yield self._learner.train_step, loss, todo
-
-  @property
-  def steps_per_second(self) -> float | None:
-    return round(self._timed / self._seconds, 1) if self._seconds else None

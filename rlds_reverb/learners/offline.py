@@ -221,7 +221,7 @@ def _finetune_replay(config: OfflineConfig,
       capacity=config.online_finetune_steps + (specs.max_episode_steps or
                                                1000),
       max_episodes=max(config.online_finetune_steps, 1),
-      gamma=config.agent_config.gamma))
+      n_step=config.n_step, gamma=config.agent_config.gamma))
 
 
 def _observation_stats(config: OfflineConfig, memory: Any,
@@ -364,7 +364,10 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
                                 lambda _: evaluate('offline', bar)),
                       run.Every(config.checkpoint_interval,
                                 this_run.checkpoint)], bar)
-    record = this_run.last_record or evaluate('offline', None)
+    finetuning = int(learner.env_steps.numpy()) > 0  # Resumed in it.
+    record = this_run.last_record or (
+        _last_offline_record(learner) if finetuning else
+        evaluate('offline', None))
     summary.update(
         offline_return=record['average_return'],
         offline_normalized_score=record.get('normalized_score'),
@@ -376,7 +379,8 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
     if goal:
       summary.update(success_rate=record.get('success_rate'),
                      average_return=record.get('average_return'))
-    this_run.export('policy_offline.npz', train_step=learner.train_step)
+    if not finetuning:  # Else the learner holds fine-tuned weights.
+      this_run.export('policy_offline.npz', train_step=learner.train_step)
     if finetune_replay is not None:
       summary.update(_finetune(config, specs, this_run, replay,
                                finetune_replay, normalize, local_client,
@@ -387,6 +391,11 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
       reward_env.close()
     if server is not None:
       server.stop()
+
+
+def _last_offline_record(learner: loop.Learner) -> dict:
+  records = [r for r in learner.eval_records() if r.get('phase') == 'offline']
+  return records[-1] if records else {'average_return': None}
 
 
 def _fill_table(config: OfflineConfig, rlds_data: tf.data.Dataset | None,
@@ -447,6 +456,8 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
     if mixed is None:
       mixed = feeds.MixedFeed(
           feeds.UniformFeed(offline_replay.memory, config.batch_size - half,
+                            n_step=config.n_step,
+                            gamma=config.agent_config.gamma,
                             transform=normalize),
           online_replay.feed(transform=normalize))
     return mixed

@@ -1,10 +1,11 @@
-"""Offline data for the learners: load, check, cast, push, sample, normalise.
+"""Offline data for the learners: check, cast, push, statistics.
 
-One path from a dataset name to batches of transitions, built on the
-foundation: `datasets.load` reads it, `push_rlds_to_table` writes it
-(terminal-discount fix on) into a table big enough for all of it, and
-`sampling.transition_dataset` reads batches back. Nothing is read twice and
-nothing is dropped: a push that would not fit fails instead of evicting.
+A dataset is checked against the env (flat or goal data) and cast to
+float32, then `push_rlds_to_table` writes it (terminal-discount fix on) into
+a table big enough for all of it: whole episodes for the in-memory feed
+(`push_episodes`, read back by `rlds_reverb.replay`), 2-step items for the
+streaming feed (`push_to_new_table`, read with `sampling.transition_dataset`).
+Nothing is dropped: a push that would not fit fails instead of evicting.
 """
 
 from __future__ import annotations

@@ -179,11 +179,16 @@ class Run:
     return record
 
   def checkpoint(self, _: int = 0) -> None:
-    """The learner, what the replay keeps in the store, the tables."""
-    self.learner.save()
+    """What the replay keeps in the store, the tables, then the learner.
+
+    The learner's save comes last: a crash before it resumes at the older
+    step count over a store that holds at least as much (episodes collected
+    twice, none lost).
+    """
     self._write_back()
     if self.client is not None:
       tables.checkpoint(self.client)
+    self.learner.save()
 
   def export(self, filename: str, **metadata: Any) -> str:
     """Writes the greedy policy of now (with the goal normaliser)."""

@@ -2,8 +2,9 @@
 
 Actors (in this process or others) write finished episodes into an episode
 table, unread; `TableFollower.poll` moves what is new into the memory and
-tells the feed which rows changed. `catch_up` reads the whole table, once,
-when a run starts or resumes, so the memory holds what the store holds.
+tells the feed which rows changed; `store` takes what a full read
+(`EpisodeReader.read_all`) returned when a run starts or resumes, so the
+memory holds what the store holds.
 """
 
 from __future__ import annotations
@@ -51,10 +52,6 @@ class TableFollower:
       self._on_episodes(data, restored)
     self.episodes_read += len(episodes)
     return len(episodes)
-
-  def catch_up(self) -> int:
-    """Reads every episode the table holds; returns how many."""
-    return self.store(self._reader.read_all(), restored=True)
 
   def poll(self) -> int:
     """Reads the episodes written since; returns how many."""

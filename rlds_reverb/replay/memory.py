@@ -97,14 +97,8 @@ class TransitionMemory(tf.Module):
     self._keys = np.zeros(0, np.uint64)
     self._valid = np.zeros(self.capacity, bool)
     self._head = 0
-    self.total_episodes = 0
-    self.total_steps = 0
 
   # ---------------------------------------------------------------- writing
-
-  @property
-  def episode_keys(self) -> np.ndarray:
-    return self._keys.copy()
 
   def episode_rows(self) -> list[tuple[int, int, int]]:
     """(key, first row, length) of each live episode, oldest first."""
@@ -140,8 +134,11 @@ class TransitionMemory(tf.Module):
     evicted = []
     new_starts, new_lengths, new_keys = [], [], []
     skipped = 0
-    for number, (episode, key) in enumerate(zip(episodes, keys)):
-      leaves = self._check_episode(number, episode)
+    # Every episode is checked before anything changes: a bad one leaves
+    # the memory as it was.
+    checked = [self._check_episode(number, episode)
+               for number, episode in enumerate(episodes)]
+    for leaves, key in zip(checked, keys):
       length = len(leaves[0])
       if length == 0:
         skipped += 1
@@ -168,8 +165,6 @@ class TransitionMemory(tf.Module):
       firsts.append(np.full(length, start))
       lasts.append(np.full(length, start + length - 1))
       self._head = start + length
-      self.total_episodes += 1
-      self.total_steps += length
     evicted_rows = (np.unique(np.concatenate(evicted)) if evicted
                     else np.zeros(0, np.int64))
     self._valid[evicted_rows] = False

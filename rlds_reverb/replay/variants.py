@@ -15,6 +15,7 @@ read at `start`) and online data (new episodes at each `poll`) alike.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -30,7 +31,6 @@ from rlds_reverb.replay import follow
 from rlds_reverb.replay import hindsight
 from rlds_reverb.replay import memory as memory_lib
 
-KINDS = ('uniform', 'prioritized', 'hindsight')
 # How actors write for the in-memory feed: whole episodes, unread.
 WRITER_KWARGS = {'sequence_length': None,
                  'priority': lambda: episode_table.UNREAD}
@@ -57,11 +57,6 @@ class Settings:
   """n-step returns (uniform and prioritized)."""
   gamma: float = 0.99
   """Discount of the n-step returns (the agent's)."""
-
-
-def _float32(data: Any) -> Any:
-  return tree.map_structure(
-      lambda x: x.astype(np.float32) if x.dtype.kind == 'f' else x, data)
 
 
 class UniformReplay:
@@ -114,8 +109,7 @@ class UniformReplay:
     reader = episode_table.EpisodeReader(client, self.settings.table)
     episodes = []
     for episode in reader.iter_all():
-      episodes.append(episode_table.Episode(episode.key,
-                                            _float32(episode.data)))
+      episodes.append(episode)
       if progress is not None:
         progress(len(tree.flatten(episode.data)[0]))
     steps = sum(len(tree.flatten(e.data)[0]) for e in episodes)
@@ -125,6 +119,7 @@ class UniformReplay:
         on_episodes=self._on_episodes, reader=reader)
     self._follower.store(episodes, restored=True)
     self._after_start(client)
+    self.refresh_actor_view()  # A restored normaliser, a first one.
     return len(episodes)
 
   def _after_start(self, client: reverb.Client) -> None:
@@ -201,6 +196,11 @@ class PrioritizedReplay(UniformReplay):
     self.feed()  # The sum tree starts with what start() read.
     if feeds.priority_table_name(self.settings.table) in client.server_info():
       feeds.restore_priorities(client, self.settings.table, self._feed)
+    else:
+      print(f'table {self.settings.table!r} has no side table '
+            f'{feeds.priority_table_name(self.settings.table)!r} (pipelines.'
+            'serve --feed_table --sampler prioritized makes one): the '
+            'priorities live in this process only', file=sys.stderr)
 
   def feed(self, transform=None, batch_size=None):
     if self._feed is not None and transform is not None:
@@ -250,12 +250,7 @@ class HindsightReplay(UniformReplay):
     if self.normalizer is None or (restored and
                                    float(self.normalizer.count.numpy())):
       return
-    for episode in episodes:
-      observation = episode.observation
-      self.normalizer.update(
-          observation[her.OBSERVATION],
-          np.concatenate([observation[her.DESIRED_GOAL],
-                          observation[her.ACHIEVED_GOAL]]))
+    her.update_normalizer(self.normalizer, episodes)
     self._flatten.refresh()
 
   def _make_feed(self, transform, batch_size):
