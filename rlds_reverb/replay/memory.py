@@ -71,16 +71,23 @@ class TransitionMemory(tf.Module):
     self._float_dtype = float_dtype
     self._paths = [p for p, _ in tree.flatten_with_path(data_spec)]
 
-    def storage(path, spec):
-      # Stored in the spec's dtype: a cast per read would cost the learner
-      # an op per field on every batch.
+    # Rows are packed: the fields of one dtype side by side in one matrix
+    # [capacity, width], so a draw touches each row's memory once per dtype
+    # instead of once per field (random rows of a large memory are cache
+    # misses, which cost a learner more than the ops).
+    self._layout = []  # per leaf: (group, offset, width, shape)
+    widths: dict[tf.DType, int] = {}
+    for spec in tree.flatten(data_spec):
       dtype = tf.as_dtype(spec.dtype)
-      return tf.Variable(
-          tf.zeros([self.capacity] + list(spec.shape), dtype),
-          trainable=False, name='/'.join(map(str, path)) or 'data')
-
-    self._columns = [storage(p, s) for p, s in
-                     tree.flatten_with_path(data_spec)]
+      width = int(np.prod(spec.shape.as_list(), dtype=np.int64))
+      self._layout.append((dtype, widths.get(dtype, 0), width,
+                           spec.shape.as_list()))
+      widths[dtype] = widths.get(dtype, 0) + width
+    self._groups = list(widths)
+    self._columns = [tf.Variable(tf.zeros([self.capacity, widths[dtype]],
+                                          dtype), trainable=False,
+                                 name=f'rows_{dtype.name}')
+                     for dtype in self._groups]
     self._index = tf.Variable(tf.zeros([self.capacity], tf.int32),
                               trainable=False, name='transition_rows')
     self.num_transitions = tf.Variable(0, dtype=tf.int32, trainable=False,
@@ -104,6 +111,15 @@ class TransitionMemory(tf.Module):
     """(key, first row, length) of each live episode, oldest first."""
     return [(int(k), int(s), int(n)) for k, s, n in
             zip(self._keys, self._starts, self._lengths)]
+
+  def transition_spec(self) -> Any:
+    """Spec of one step as `read` returns it (floats in the read dtype)."""
+    def read_spec(spec):
+      dtype = tf.as_dtype(spec.dtype)
+      if self._float_dtype is not None and dtype.is_floating:
+        dtype = self._float_dtype
+      return tf.TensorSpec(spec.shape, dtype)
+    return tf.nest.map_structure(read_spec, self.data_spec)
 
   def transition_rows(self) -> np.ndarray:
     """Rows where a live transition starts, ascending."""
@@ -174,10 +190,12 @@ class TransitionMemory(tf.Module):
       _, last_seen = np.unique(all_rows[::-1], return_index=True)
       pick = len(all_rows) - 1 - last_seen
       target = all_rows[pick][:, None].astype(np.int64)
-      for column, values in zip(self._columns, zip(*parts)):
-        data = np.concatenate(values)[pick]
-        column.scatter_nd_update(target, tf.constant(
-            data, dtype=column.dtype))
+      fields = [np.concatenate(values)[pick] for values in zip(*parts)]
+      for dtype, column in zip(self._groups, self._columns):
+        packed = np.concatenate(
+            [field.reshape(len(field), -1) for field, layout in
+             zip(fields, self._layout) if layout[0] == dtype], axis=1)
+        column.scatter_nd_update(target, tf.constant(packed, dtype=dtype))
       if self.with_episode_bounds:
         self.episode_first.scatter_nd_update(
             target, np.concatenate(firsts)[pick].astype(np.int32))
@@ -250,19 +268,25 @@ class TransitionMemory(tf.Module):
     slot = tf.random.uniform([batch_size], 0, self.num_transitions, tf.int32)
     return tf.gather(self._index, slot)
 
-  def _read(self, column: tf.Variable, path: tuple, rows: tf.Tensor,
-            spec: Any) -> tf.Tensor:
-    del path, spec
-    x = tf.gather(column, rows)
-    if (self._float_dtype is not None and x.dtype.is_floating
-        and x.dtype != self._float_dtype):
-      x = tf.cast(x, self._float_dtype)
-    return x
-
   def read(self, rows: tf.Tensor) -> Any:
     """The stored steps at `rows` (any shape), floats cast."""
-    leaves = [self._read(c, p, rows, s) for c, p, s in zip(
-        self._columns, self._paths, tree.flatten(self.data_spec))]
+    rows = tf.convert_to_tensor(rows)
+    gathered = {}
+    for dtype, column in zip(self._groups, self._columns):
+      x = tf.gather(column, rows)
+      if (self._float_dtype is not None and dtype.is_floating
+          and dtype != self._float_dtype):
+        x = tf.cast(x, self._float_dtype)
+      gathered[dtype] = x
+    outer = (rows.shape.as_list() if rows.shape.is_fully_defined()
+             else tf.shape(rows))
+    leaves = []
+    for dtype, offset, width, shape in self._layout:
+      x = gathered[dtype][..., offset:offset + width]
+      if isinstance(outer, list):
+        leaves.append(tf.reshape(x, outer + shape))
+      else:
+        leaves.append(tf.reshape(x, tf.concat([outer, shape], 0)))
     return tree.unflatten_as(self.data_spec, leaves)
 
   def transitions(self, rows: tf.Tensor, *, n_step: int = 1,
