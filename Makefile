@@ -30,6 +30,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 --timeout 900 tests
 
 bench: $(STAMP)
+	$(PY) bench/feed.py
 	$(PY) bench/push.py
 	$(PY) bench/sample.py
 
