@@ -66,3 +66,31 @@ class EpisodeReaderTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+def test_online_memory_deletes_what_it_evicts_from_the_table():
+  """The store holds what the memory holds: evicted episodes leave both."""
+  from rlds_reverb.replay import follow  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.replay import memory as memory_lib  # pylint: disable=g-import-not-at-top
+  episodes = fx.episodes_with_lengths([4, 4, 4, 4])
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  server = _Server(spec)
+  try:
+    rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(episodes[:2]), server.client, 'episodes',
+        sequence_length=None, priority=episode_table.UNREAD)
+    memory = memory_lib.TransitionMemory(spec, 10, float_dtype=None)
+    follower = follow.TableFollower(server.client, 'episodes', memory,
+                                    delete_evicted=True)
+    assert follower.poll() == 2
+    rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(episodes[2:]), server.client, 'episodes',
+        sequence_length=None, priority=episode_table.UNREAD)
+    assert follower.poll() == 2  # 16 steps in 10 rows: two evicted.
+    kept = {key for key, _, _ in memory.episode_rows()}
+    assert len(kept) == 2
+    left = episode_table.EpisodeReader(server.client, 'episodes').read_all()
+    assert {e.key for e in left} == kept
+  finally:
+    server.stop()

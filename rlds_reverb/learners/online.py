@@ -198,8 +198,8 @@ def make_replay(config: OnlineConfig, specs: envs.EnvSpecs,
       batch_size=config.batch_size,
       capacity=config.replay_size + _SLACK_EPISODES * (
           specs.max_episode_steps or 1000),
-      # Reverb allocates per item: a table that never evicts before the
-      # memory does costs nothing.
+      # The memory evicts (by steps) and deletes what it evicts from the
+      # table; the table's own bound only has to stay out of its way.
       max_episodes=config.replay_size, n_step=config.n_step,
       gamma=config.agent_config.gamma)
   if config.her_config is not None:

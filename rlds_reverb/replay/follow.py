@@ -31,10 +31,16 @@ class TableFollower:
                memory: memory_lib.TransitionMemory, *,
                on_added: Optional[Callable[[memory_lib.Added], None]] = None,
                on_episodes: Optional[Callable[[List[Any], bool], None]] = None,
-               reader: Optional[episode_table.EpisodeReader] = None):
+               reader: Optional[episode_table.EpisodeReader] = None,
+               delete_evicted: bool = False):
     """`on_episodes(episodes, restored)` sees the numpy episodes stored
-    (normaliser statistics); `restored` is True for a catch-up read."""
+    (normaliser statistics); `restored` is True for a catch-up read. With
+    `delete_evicted` (online replay), episodes the memory evicts are
+    deleted from the table too, so the store holds what the memory holds
+    and a resumed run reads back exactly that."""
     self._reader = reader or episode_table.EpisodeReader(client, table)
+    self._client, self._table = client, table
+    self._delete_evicted = delete_evicted
     self.memory = memory
     self._on_added, self._on_episodes = on_added, on_episodes
     self.episodes_read = 0
@@ -46,6 +52,9 @@ class TableFollower:
       return 0
     data = [_as_float32(e.data) for e in episodes]
     added = self.memory.add(data, [e.key for e in episodes])
+    if self._delete_evicted and len(added.evicted_keys):
+      self._client.mutate_priorities(
+          self._table, deletes=[int(k) for k in added.evicted_keys])
     if self._on_added is not None:
       self._on_added(added)
     if self._on_episodes is not None:

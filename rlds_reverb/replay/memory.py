@@ -39,6 +39,9 @@ class Added:
   episodes: int
   transitions: int
   skipped_episodes: int  # episodes without a transition (still counted)
+  # Keys of the episodes evicted (those that came with keys).
+  evicted_keys: np.ndarray = dataclasses.field(
+      default_factory=lambda: np.zeros(0, np.uint64))
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -104,6 +107,7 @@ class TransitionMemory(tf.Module):
     self._keys = np.zeros(0, np.uint64)
     self._valid = np.zeros(self.capacity, bool)
     self._head = 0
+    self._evicted_keys: list[int] = []
 
   # ---------------------------------------------------------------- writing
 
@@ -170,6 +174,7 @@ class TransitionMemory(tf.Module):
               for s, n in zip(new_starts, new_lengths)]
       for i in [i for i, k in enumerate(keep) if not k]:
         evicted.append(np.arange(new_starts[i], new_starts[i] + new_lengths[i]))
+        self._evicted_keys.append(new_keys[i])
       new_starts = [s for s, k in zip(new_starts, keep) if k]
       new_lengths = [n for n, k in zip(new_lengths, keep) if k]
       new_keys = [x for x, k in zip(new_keys, keep) if k]
@@ -215,8 +220,11 @@ class TransitionMemory(tf.Module):
     new_rows = (np.concatenate(new_rows) if new_rows
                 else np.zeros(0, np.int64))
     evicted_rows = np.setdiff1d(evicted_rows, new_rows)
+    evicted_keys = np.asarray([k for k in self._evicted_keys if k],
+                              np.uint64)
+    self._evicted_keys = []
     return Added(evicted_rows, new_rows, len(episodes) - skipped,
-                 int(len(new_rows)), skipped)
+                 int(len(new_rows)), skipped, evicted_keys)
 
   def _check_episode(self, number: int, episode: Any) -> list[np.ndarray]:
     try:
@@ -250,6 +258,7 @@ class TransitionMemory(tf.Module):
     rows = np.concatenate([np.arange(s, s + n) for s, n in
                            zip(self._starts[overlap], self._lengths[overlap])])
     keep = ~overlap
+    self._evicted_keys.extend(int(k) for k in self._keys[overlap])
     self._starts, self._lengths = self._starts[keep], self._lengths[keep]
     self._keys = self._keys[keep]
     return rows

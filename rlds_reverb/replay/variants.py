@@ -116,7 +116,8 @@ class UniformReplay:
     self.memory = self._make_memory(steps)
     self._follower = follow.TableFollower(
         client, self.settings.table, self.memory, on_added=self._on_added,
-        on_episodes=self._on_episodes, reader=reader)
+        on_episodes=self._on_episodes, reader=reader,
+        delete_evicted=not self.settings.grow)
     self._follower.store(episodes, restored=True)
     self._after_start(client)
     self.refresh_actor_view()  # A restored normaliser, a first one.
