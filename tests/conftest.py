@@ -174,3 +174,17 @@ def cheetah(tmp_path_factory):
       'HalfCheetah-v5', 'random', 3, out, seed=CHEETAH_SEED, num_envs=2,
       max_episode_steps=CHEETAH_LIMIT, show_progress=False)
   return summary, _episodes(out)
+
+
+def converted_episodes(rlds_data):
+  """The data spec and the episodes as converted trajectories (terminal fix
+  on): what a memory stores."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tree  # pylint: disable=g-import-not-at-top
+  import rlds_reverb  # pylint: disable=g-import-not-at-top
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  converted = [tree.map_structure(np.asarray, e.trajectory) for e in
+               rlds_reverb.convert_rlds_to_episodes(
+                   rlds_data, zero_terminal_discount=True
+               ).as_numpy_iterator()]
+  return spec, converted

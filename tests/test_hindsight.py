@@ -22,6 +22,7 @@ from rlds_reverb.replay import hindsight
 from rlds_reverb.replay import memory as memory_lib
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from conftest import chi_square_bound  # pylint: disable=g-bad-import-order
+from conftest import converted_episodes  # pylint: disable=g-bad-import-order
 
 BATCH = 1024
 LENGTHS = [0, 2, 10, 50]  # transitions per episode; 0: a one-step episode
@@ -58,12 +59,7 @@ def goal_episode(episode_id: int, transitions: int, terminal: bool = False
 
 def memory_of(episodes, **kwargs) -> memory_lib.TransitionMemory:
   """A memory holding `episodes`, keyed by their index."""
-  rlds_data = fx.make_rlds(episodes)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  converted = [tree.map_structure(np.asarray, e.trajectory) for e in
-               rlds_reverb.convert_rlds_to_episodes(
-                   rlds_data, zero_terminal_discount=True
-               ).as_numpy_iterator()]
+  spec, converted = converted_episodes(fx.make_rlds(episodes))
   kwargs.setdefault('with_episode_bounds', True)
   memory = memory_lib.TransitionMemory(
       spec, sum(len(e[rlds.REWARD]) for e in episodes), **kwargs)

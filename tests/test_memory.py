@@ -17,6 +17,7 @@ import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from conftest import _Server  # pylint: disable=g-bad-import-order
 from conftest import chi_square  # pylint: disable=g-bad-import-order
 from conftest import chi_square_bound  # pylint: disable=g-bad-import-order
+from conftest import converted_episodes  # pylint: disable=g-bad-import-order
 
 EDGE_LENGTHS = [5, 1, 2, 0, 7, 1, 3]
 EDGE_TERMINAL = [True, True, False, True, False, False, True]
@@ -78,13 +79,8 @@ class FeedEqualsPushedItemsTest(parameterized.TestCase):
 
 
 def _memory_with(lengths, terminal=None, capacity=None, **kwargs):
-  episodes = fx.episodes_with_lengths(lengths, terminal)
-  rlds_data = fx.make_rlds(episodes)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  converted = [tree.map_structure(np.asarray, e.trajectory) for e in
-               rlds_reverb.convert_rlds_to_episodes(
-                   rlds_data, zero_terminal_discount=True
-               ).as_numpy_iterator()]
+  spec, converted = converted_episodes(
+      fx.make_rlds(fx.episodes_with_lengths(lengths, terminal)))
   memory = memory_lib.TransitionMemory(
       spec, capacity or sum(lengths), float_dtype=None, **kwargs)
   return memory, converted

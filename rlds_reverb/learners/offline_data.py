@@ -109,16 +109,8 @@ def push_to_new_table(rlds_data: tf.data.Dataset, client: reverb.Client,
   Raises:
     RuntimeError: the table evicted items (it was too small for the data).
   """
-  stats = push.PushStats()
-  size_before = tables.get_table_info(client, table).current_size
-  push.push_rlds_to_table(rlds_data, client, table, sequence_length=2,
-                          zero_terminal_discount=True, stats=stats,
-                          progress=progress, num_workers=2)
-  size = tables.get_table_info(client, table).current_size
-  if size != size_before + stats.items:
-    raise RuntimeError(
-        f'table {table!r} holds {size} items after {stats.items} were '
-        f'written into {size_before}: it evicted data (raise its max_size)')
+  stats, size = _push_all(rlds_data, client, table, 'items', progress,
+                          sequence_length=2)
   return TableData(address, table, convert.create_trajectory_data_spec(
       rlds_data), size, stats)
 
@@ -247,18 +239,27 @@ def push_episodes(rlds_data: tf.data.Dataset, client: reverb.Client,
   Raises:
     RuntimeError: the table evicted episodes (it was too small for the data).
   """
+  stats, _ = _push_all(rlds_data, client, table, 'episodes', progress,
+                       sequence_length=None, priority=episode_table.UNREAD)
+  return stats
+
+
+def _push_all(rlds_data: tf.data.Dataset, client: reverb.Client, table: str,
+              what: str, progress, **push_kwargs: Any
+              ) -> tuple[push.PushStats, int]:
+  """The push (terminal fix on), then a check that nothing was evicted;
+  returns its stats and the table's size after it."""
   stats = push.PushStats()
   size_before = tables.get_table_info(client, table).current_size
-  push.push_rlds_to_table(rlds_data, client, table, sequence_length=None,
-                          priority=episode_table.UNREAD,
+  push.push_rlds_to_table(rlds_data, client, table,
                           zero_terminal_discount=True, stats=stats,
-                          progress=progress, num_workers=2)
+                          progress=progress, num_workers=2, **push_kwargs)
   size = tables.get_table_info(client, table).current_size
   if size != size_before + stats.items:
     raise RuntimeError(
-        f'table {table!r} holds {size} episodes after {stats.items} were '
+        f'table {table!r} holds {size} {what} after {stats.items} were '
         f'written into {size_before}: it evicted data (raise its max_size)')
-  return stats
+  return stats, size
 
 
 def load_memory(client: reverb.Client, table: str, data_spec: Any, *,
