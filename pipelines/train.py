@@ -385,9 +385,12 @@ def _offline_config() -> offline.OfflineConfig:
 
 
 def _online_config() -> online.OnlineConfig:
-  if _AGENT.value not in agents.ONLINE_AGENTS or _AGENT.value == 'bc':
+  if _AGENT.value in agents.OFFLINE_AGENTS:
+    finetune = (' (td3_bc and cql_sac train online only as fine-tuning '
+                'after the offline phase: --online_finetune_steps)'
+                if _AGENT.value in online.FINETUNE_ONLY_AGENTS else '')
     _usage_error(f'--agent {_AGENT.value} needs offline data: pass --dataset '
-                 'or --reverb_address')
+                 f'or --reverb_address{finetune}')
   if _FINETUNE.value:
     _usage_error('--online_finetune_steps continues an offline run: pass '
                  '--dataset')

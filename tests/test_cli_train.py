@@ -169,6 +169,11 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
     (['--agent', 'dqn', '--env', 'CartPole-v1', '--per_beta0', '2'],
      'flag --per_beta0=2'),
     (['--agent', 'bc'], '--agent bc needs offline data'),
+    # Offline agents go online only to fine-tune after the offline phase.
+    (['--agent', 'td3_bc'], '--agent td3_bc needs offline data'),
+    (['--agent', 'cql_sac', '--env', 'Hopper-v5'],
+     'cql_sac train online only as fine-tuning after the offline phase: '
+     '--online_finetune_steps'),
     (['--agent', 'sac', '--dataset', 'x'], '--agent sac trains online'),
     (['--agent', 'bc', '--dataset', '/no/such/dir'],
      'dataset path /no/such/dir does not exist'),

@@ -37,6 +37,11 @@ from rlds_reverb.learners import run
 from rlds_reverb.replay import variants
 
 ONLINE_TABLE = 'online'
+# Offline agents that go online only to fine-tune after their offline phase
+# (`offline.train_offline` with `online_finetune_steps`), never from scratch.
+FINETUNE_ONLY_AGENTS = ('td3_bc', 'cql_sac')
+AGENTS = tuple(a for a in agents.ONLINE_AGENTS
+               if a not in FINETUNE_ONLY_AGENTS)
 FEEDS = ('memory',)
 # Rows the memory keeps beyond replay_size: room for the longest episode.
 _SLACK_EPISODES = 1
@@ -53,7 +58,7 @@ class OnlineConfig:
   """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
   running again resumes from it."""
   agent: str = 'sac'
-  """sac, td3 (continuous), dqn (discrete), td3_bc or cql_sac."""
+  """sac, td3 (continuous) or dqn (discrete)."""
   env_steps: int = 300_000
   """Env steps of the whole run."""
   initial_collect_steps: int = 10_000
@@ -108,9 +113,13 @@ def _check(config: OnlineConfig) -> None:
       raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
   if config.initial_collect_steps < 0 or config.utd <= 0:
     raise ValueError('initial_collect_steps must be >= 0 and utd > 0')
-  if config.agent not in agents.ONLINE_AGENTS:
+  if config.agent in FINETUNE_ONLY_AGENTS:
+    raise ValueError(f'agent {config.agent!r} trains online only as '
+                     'fine-tuning after its offline phase '
+                     '(offline.train_offline with online_finetune_steps)')
+  if config.agent not in AGENTS:
     raise ValueError(f'agent {config.agent!r} does not train online; one of: '
-                     f'{", ".join(agents.ONLINE_AGENTS)}')
+                     f'{", ".join(AGENTS)}')
   if config.replay not in per.REPLAYS:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')
