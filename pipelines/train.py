@@ -41,7 +41,6 @@ summary. Bad input ends the run with one line on stderr, exit code 1 (2 for
 bad flags).
 """
 
-import dataclasses
 import json
 import os
 import tokenize
@@ -64,8 +63,6 @@ from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
 
 _PROG = 'train'
-# The run's config dataclass as the pipeline built it, in its root_dir.
-CONFIG_FILE = 'config.json'
 
 _AGENT = flags.DEFINE_enum(
     'agent', None, list(agents.AGENTS), 'Agent to train. Online (--env '
@@ -435,14 +432,6 @@ def _parse_gin() -> None:
     _usage_error(f'gin: {cli.one_line(e)}')
 
 
-def _write_config(config: Any) -> None:
-  """Writes the run's config, as built, to root_dir/config.json."""
-  os.makedirs(config.root_dir, exist_ok=True)
-  with open(os.path.join(config.root_dir, CONFIG_FILE), 'w') as f:
-    json.dump(dataclasses.asdict(config), f, indent=2)
-    f.write('\n')
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -458,7 +447,6 @@ def main(argv: list[str]) -> None:
   except ValueError as e:  # A config field's own check, e.g. a bound value.
     _usage_error(str(e))
   try:
-    _write_config(config)
     if offline_run:
       summary = offline.train_offline(config)
     else:

@@ -77,6 +77,16 @@ def test_offline_td3_bc_run_resume_and_files(dataset, tmp_path):
   with open(os.path.join(root, 'eval.jsonl')) as f:
     steps = [json.loads(line)['train_step'] for line in f]
   assert steps == [100, 200, 300]
+  # Another agent or seed in the same root_dir is refused before anything
+  # there changes.
+  before = {name: os.path.getmtime(os.path.join(root, name))
+            for name in os.listdir(root)}
+  other = ['bc' if arg == 'td3_bc' else arg for arg in common]
+  line = _error_line(_train(*other, '--seed', '1', '--steps', '400'))
+  assert "agent 'bc' (recorded 'td3_bc')" in line, line
+  assert 'seed 1 (recorded 0)' in line and 'another root_dir' in line, line
+  assert {name: os.path.getmtime(os.path.join(root, name))
+          for name in os.listdir(root)} == before
 
 
 def test_offline_to_online_reports_both_scores(dataset, tmp_path):
@@ -189,8 +199,11 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
      'flag --cql_bc_steps=-1'),
 ])
 def test_bad_input_gives_one_error_line(args, message, tmp_path):
-  line = _error_line(_train(*args, '--root_dir', str(tmp_path / 'r')))
+  root = tmp_path / 'r'
+  line = _error_line(_train(*args, '--root_dir', str(root)))
   assert message in line, line
+  # A run refused on its input leaves no run directory behind.
+  assert not root.exists(), sorted(os.listdir(root))
 
 
 def test_dataset_for_another_env_is_refused(dataset, tmp_path):
@@ -281,18 +294,18 @@ def test_gin_bindings_set_what_flags_leave_unset(dataset, tmp_path):
 
 def test_gin_binding_beats_the_pipelines_dqn_defaults(tmp_path):
   root = tmp_path / 'dqn'
-  # config.json is written before the run starts, so a bad env still shows
-  # how the config was built.
-  _error_line(_train(
-      '--agent', 'dqn', '--env', 'NoSuchEnv-v0', '--root_dir', str(root),
+  _summary(_train(
+      '--agent', 'dqn', '--env', 'CartPole-v1', '--root_dir', str(root),
       '--gin_bindings', 'OnlineConfig.batch_size = 32',
       '--gin_bindings', 'OnlineConfig.train_every = 100',
-      '--train_every', '50'))
+      '--gin_bindings', 'OnlineConfig.initial_collect_steps = 100',
+      '--train_every', '50', '--steps', '100', '--eval_episodes', '1'))
   with open(root / 'config.json') as f:
     config = json.load(f)
   assert config['batch_size'] == 32  # gin, over dqn's 64.
   assert config['train_every'] == 50  # The flag, over gin.
-  assert config['env_steps'] == 50_000  # dqn's own default.
+  assert config['initial_collect_steps'] == 100
+  assert config['eval_interval'] == 1000  # dqn's own default.
 
 
 @pytest.mark.parametrize('args, message', [

@@ -37,6 +37,7 @@ from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline_data
+from rlds_reverb.learners import resume
 from rlds_reverb.learners import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
@@ -255,11 +256,27 @@ def _checked_data(config: OfflineConfig, specs: envs.EnvSpecs
 
 def train_offline(config: OfflineConfig, *, show_progress: bool = True
                   ) -> dict:
-  """Runs the offline phase (and fine-tuning); returns the final summary."""
+  """Runs the offline phase (and fine-tuning); returns the final summary.
+
+  A root_dir with a run in it is resumed if its recorded config allows
+  (`resume.check_resumable`); config.json is written once training starts,
+  and a run that fails before that leaves nothing behind in root_dir.
+
+  Raises:
+    resume.ResumeMismatchError: root_dir holds a run of other settings.
+    ValueError, RuntimeError, OSError: bad config, data or table.
+    run.TrainingError: training failed (an op error, a non-finite loss).
+  """
   specs = envs.env_specs(config.env)
   _check(config, specs)
+  record = resume.check_resumable(config.root_dir, config)
+  with resume.RunDirectory(config.root_dir, record) as run_dir:
+    return _train_offline(config, specs, run_dir, show_progress)
+
+
+def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
+                   run_dir: resume.RunDirectory, show_progress: bool) -> dict:
   tf.random.set_seed(config.seed)
-  os.makedirs(config.root_dir, exist_ok=True)
   rlds_data, data_spec = _checked_data(config, specs)
   reward_env = (envs.make_env(config.env) if config.her_config is not None
                 else None)
@@ -354,6 +371,7 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True
                                x='train_step', title=title, metric=metric,
                                bar=bar, phase=phase)
 
+    run_dir.start()
     with run.progress(config.train_steps, learner.train_step, 'grad step',
                       f'{config.agent} offline', show_progress) as bar:
       phase = run.OfflinePhase(learner, source, config.train_steps,

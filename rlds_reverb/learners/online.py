@@ -33,6 +33,7 @@ from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import dqn
 from rlds_reverb.learners import loop
+from rlds_reverb.learners import resume
 from rlds_reverb.learners import run
 from rlds_reverb.replay import variants
 
@@ -223,15 +224,32 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
                  on_eval: Callable[[dict], None] | None = None) -> dict:
   """Trains `config.agent` online in `config.env`; resumes from root_dir.
 
+  A root_dir with a run in it is resumed if its recorded config allows
+  (`resume.check_resumable`); config.json is written once training starts,
+  and a run that fails before that leaves nothing behind in root_dir.
+
   Returns:
     The last evaluation record (average return, normalised score, steps).
+
+  Raises:
+    resume.ResumeMismatchError: root_dir holds a run of other settings.
+    ValueError: a bad config, or an agent or HER setting that does not fit
+      the env.
+    run.TrainingError: training failed (an op error, a non-finite loss).
   """
   _check(config)
-  tf.random.set_seed(config.seed)
   specs = envs.env_specs(config.env)
   check_agent_fits_env(config.agent, specs)
   check_her_fits_env(config, specs)
-  os.makedirs(config.root_dir, exist_ok=True)
+  record = resume.check_resumable(config.root_dir, config)
+  with resume.RunDirectory(config.root_dir, record) as run_dir:
+    return _train_online(config, specs, run_dir, show_progress, on_eval)
+
+
+def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
+                  run_dir: resume.RunDirectory, show_progress: bool,
+                  on_eval: Callable[[dict], None] | None) -> dict:
+  tf.random.set_seed(config.seed)
   reward_env = envs.make_env(config.env) if specs.goal_conditioned else None
   replay = make_replay(config, specs, reward_env)
   server = tables.start_server(replay.tables(), checkpoint_dir=os.path.join(
@@ -263,6 +281,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
            if config.her_config else f'{config.replay} replay')
     title = f'{config.agent} online, {how}, {config.env}, seed {config.seed}'
     metric = 'success_rate' if specs.goal_conditioned else 'average_return'
+    run_dir.start()
     with run.progress(config.env_steps, start, 'env step',
                       f'{config.agent} {config.env}', show_progress) as bar:
       if resumed:
