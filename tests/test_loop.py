@@ -1,6 +1,10 @@
 """rlds_reverb.learners.loop: the learner's checkpoint restores every weight,
-optimizer slot and step counter.
+optimizer slot and step counter; eval.jsonl holds no record of a dead run
+beyond the checkpoint a run resumes from.
 """
+
+import json
+import os
 
 import numpy as np
 import pytest
@@ -8,7 +12,8 @@ import tensorflow as tf
 
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import loop
-from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
+from rlds_reverb.learners import online
+from conftest import _dqn, _fixed_batch  # pylint: disable=g-bad-import-order
 
 
 def _optimized_variables(agent):
@@ -70,3 +75,72 @@ def test_checkpoint_restores_weights_and_optimizer_state(kind, specs,
     for name, value in _state(agent).items():
       np.testing.assert_allclose(_state(fresh)[name], value, rtol=1e-6,
                                  err_msg=name)
+
+
+def _write_log(root, lines):
+  with open(os.path.join(root, loop.EVAL_LOG), 'w') as f:
+    f.write(''.join(lines))
+
+
+def test_restore_drops_records_beyond_the_checkpoint_and_a_cut_line(
+    cartpole, tmp_path, capsys):
+  root = str(tmp_path)
+  learner = loop.Learner(_dqn(cartpole), root)
+  learner.env_steps.assign(300)
+  learner.save()
+  rows = [json.dumps({'train_step': 0, 'env_steps': s,
+                      'average_return': float(s)}) + '\n'
+          for s in (100, 200, 300, 400, 500)]
+  _write_log(root, rows + ['{"train_step": 0, "env_st'])  # Cut by a crash.
+  assert len(loop.Learner.read_eval_log(root)) == 5
+  assert 'skipping its last line, cut short' in capsys.readouterr().err
+  with open(os.path.join(root, loop.CURVE_PNG), 'w') as f:
+    f.write('stale')
+
+  resumed = loop.Learner(_dqn(cartpole), root)
+  resumed.set_curve(x='env_steps', title='t')
+  assert resumed.restore()
+  assert 'dropped 2 evaluation record(s)' in capsys.readouterr().err
+  with open(os.path.join(root, loop.EVAL_LOG)) as f:
+    assert f.read() == ''.join(rows[:3])
+  with open(os.path.join(root, loop.CURVE_PNG), 'rb') as f:
+    assert f.read(4) == b'\x89PNG'  # Redrawn from the records kept.
+  # Nothing restored: none of a dead run's records stay.
+  fresh = loop.Learner(_dqn(cartpole), str(tmp_path / 'other'))
+  _write_log(fresh.root_dir, rows[:1])
+  assert not fresh.restore()
+  assert loop.Learner.read_eval_log(fresh.root_dir) == []
+
+
+def test_damaged_line_before_the_last_is_an_error(tmp_path):
+  _write_log(str(tmp_path), ['{"train_step": 1}\n', 'garbage\n',
+                             '{"train_step": 2}\n'])
+  with pytest.raises(ValueError, match='line 2 is not a JSON record'):
+    loop.Learner.read_eval_log(str(tmp_path))
+
+
+def test_crash_after_evals_past_the_checkpoint_then_resume(tmp_path):
+  """eval.jsonl after a crash and a resume: each step once, increasing."""
+  config = online.OnlineConfig(
+      env='CartPole-v1', root_dir=str(tmp_path / 'dqn'), agent='dqn',
+      env_steps=600, initial_collect_steps=100, batch_size=16,
+      train_every=100, utd=0.25, eval_interval=100, eval_episodes=1,
+      checkpoint_interval=300, replay_size=10_000,
+      agent_config=agents.AgentConfig(q_layers=(16,)))
+
+  class Crash(Exception):
+    pass
+
+  def crash_at_500(record):
+    if record['env_steps'] == 500:
+      raise Crash
+
+  with pytest.raises(Crash):
+    online.train_online(config, show_progress=False, on_eval=crash_at_500)
+  steps = [r['env_steps'] for r in loop.Learner.read_eval_log(
+      config.root_dir)]
+  assert steps == [100, 200, 300, 400, 500]  # 400 and 500: no checkpoint.
+  online.train_online(config, show_progress=False)
+  steps = [r['env_steps'] for r in loop.Learner.read_eval_log(
+      config.root_dir)]
+  assert steps == [100, 200, 300, 400, 500, 600]

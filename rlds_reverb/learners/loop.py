@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any, Callable, Iterator
 
@@ -55,6 +56,8 @@ class Learner:
         os.path.join(root_dir, TENSORBOARD_DIR))
     self._summary_interval = summary_interval
     self._train_fn = None
+    # How the curve is drawn (set_curve, or the last log_eval).
+    self._curve: dict | None = None
 
   def set_train_step(self, train_step_fn: Callable[[Any], tf.Tensor]
                      ) -> None:
@@ -67,12 +70,58 @@ class Learner:
     return int(self.agent.train_step_counter.numpy())
 
   def restore(self) -> bool:
-    """Restores the latest checkpoint in root_dir, if there is one."""
+    """Restores the latest checkpoint in root_dir, if there is one, and
+    drops the evaluation records of a dead run beyond it.
+
+    A run that died after evaluating past its last checkpoint left records
+    that the resumed run will write again, from other weights:
+    `trim_eval_log` keeps the records up to the restored steps (none for a
+    run that restores nothing) and redraws the curve.
+    """
     latest = self.manager.latest_checkpoint
-    if latest is None:
-      return False
-    self.checkpoint.restore(latest)
-    return True
+    if latest is not None:
+      self.checkpoint.restore(latest)
+    self.trim_eval_log()
+    return latest is not None
+
+  def trim_eval_log(self) -> int:
+    """Keeps the eval records whose steps the learner has reached (both its
+    gradient and its env steps), and no cut last line; redraws the curve.
+    Returns how many records were dropped."""
+    path = os.path.join(self.root_dir, EVAL_LOG)
+    if not os.path.exists(path):
+      return 0
+    with open(path, 'rb') as f:
+      content = f.read()
+    records = self.eval_records()
+    train_step, env_steps = self.train_step, int(self.env_steps.numpy())
+    kept = [r for r in records if r.get('train_step', 0) <= train_step
+            and r.get('env_steps', 0) <= env_steps]
+    if len(kept) == len(records) and content.endswith(b'\n'):
+      return 0
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+      f.writelines(json.dumps(r) + '\n' for r in kept)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dropped = len(records) - len(kept)
+    if dropped:
+      print(f'{path}: dropped {dropped} evaluation record(s) beyond the '
+            f'checkpoint resumed from (gradient step {train_step}, env step '
+            f'{env_steps}); those steps are evaluated again',
+            file=sys.stderr)
+    curve = os.path.join(self.root_dir, CURVE_PNG)
+    if kept and self._curve is not None:
+      self._draw_curve(**self._curve)
+    elif os.path.exists(curve):  # Drawn from records that are gone.
+      os.remove(curve)
+    return dropped
+
+  def set_curve(self, *, x: str, title: str, y: str = 'average_return'
+                ) -> None:
+    """How the PNG curve is drawn (`log_eval` and `trim_eval_log`)."""
+    self._curve = dict(x=x, title=title, y=y)
 
   def save(self) -> str:
     return self.manager.save(checkpoint_number=self.train_step)
@@ -116,12 +165,32 @@ class Learner:
 
   @staticmethod
   def read_eval_log(root_dir: str) -> list[dict]:
-    """The eval records of the run in `root_dir` (empty if none yet)."""
+    """The eval records of the run in `root_dir` (empty if none yet).
+
+    A last line cut short (a crash while it was written) is skipped with a
+    warning on stderr; `trim_eval_log` removes it.
+
+    Raises:
+      ValueError: a line before the last is not a JSON record.
+    """
     path = os.path.join(root_dir, EVAL_LOG)
     if not os.path.exists(path):
       return []
     with open(path) as f:
-      return [json.loads(line) for line in f if line.strip()]
+      lines = f.read().split('\n')
+    records = []
+    for number, line in enumerate(lines, 1):
+      if not line.strip():
+        continue
+      try:
+        records.append(json.loads(line))
+      except ValueError as e:
+        if number < len(lines):  # Not the last line: a damaged log.
+          raise ValueError(f'{path} line {number} is not a JSON record: '
+                           f'{e}') from e
+        print(f'{path}: skipping its last line, cut short (a crash while '
+              'it was written)', file=sys.stderr)
+    return records
 
   def log_eval(self, record: dict, *, x: str, title: str,
                y: str = 'average_return') -> dict:
@@ -130,14 +199,22 @@ class Learner:
               'env_steps': int(self.env_steps.numpy()),
               'time': round(time.time(), 1), **record}
     os.makedirs(self.root_dir, exist_ok=True)
+    # One write of the whole line, on disk before anything reads it: a
+    # crash leaves at most a cut last line, which readers skip.
     with open(os.path.join(self.root_dir, EVAL_LOG), 'a') as f:
       f.write(json.dumps(record) + '\n')
+      f.flush()
+      os.fsync(f.fileno())
     self.write_scalars({k: v for k, v in record.items()
                         if isinstance(v, (int, float)) and k != 'time'},
                        step=record[x], prefix='eval')
+    self.set_curve(x=x, title=title, y=y)
+    self._draw_curve(**self._curve)
+    return record
+
+  def _draw_curve(self, *, x: str, title: str, y: str) -> None:
     curves.plot_curves({title: self.eval_records()},
                        os.path.join(self.root_dir, CURVE_PNG), x=x, y=y,
                        title=title, x_label=x.replace('_', ' '),
                        y_label=y.replace('_', ' ') +
                        ' (greedy, eval episodes)')
-    return record

@@ -319,6 +319,12 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
     extra = (replay.checkpoint_state() if replay is not None else
              {'max_priority': max_priority.variable})
     learner = loop.Learner(agent, config.root_dir, **extra)
+    goal = config.her_config is not None
+    how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}, '
+           if goal else '')
+    title = f'{config.agent} on {config.dataset}, {how}seed {config.seed}'
+    metric = 'success_rate' if goal else 'average_return'
+    learner.set_curve(x='train_step', title=title, y=metric)
     learner.restore()
     load_seconds = None
     if replay is not None:
@@ -358,11 +364,6 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                      memory_bytes=replay.memory.bytes)
     if config.her_config is not None:
       summary.update(her=config.her_config.strategy, k=config.her_config.k)
-    goal = config.her_config is not None
-    how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}, '
-           if goal else '')
-    title = f'{config.agent} on {config.dataset}, {how}seed {config.seed}'
-    metric = 'success_rate' if goal else 'average_return'
 
     def evaluate(phase: str, bar) -> dict:
       # Both phases are drawn against gradient steps, so the run's curve
@@ -383,9 +384,12 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                       run.Every(config.checkpoint_interval,
                                 this_run.checkpoint)], bar)
     finetuning = int(learner.env_steps.numpy()) > 0  # Resumed in it.
-    record = this_run.last_record or (
-        _last_offline_record(learner) if finetuning else
-        evaluate('offline', None))
+    # A run resumed at its end has its last evaluation in the log already.
+    record = this_run.last_record or _last_offline_record(
+        learner, None if finetuning else learner.train_step)
+    if record is None:
+      record = (evaluate('offline', None) if not finetuning else
+                {'average_return': None})
     summary.update(
         offline_return=record['average_return'],
         offline_normalized_score=record.get('normalized_score'),
@@ -411,9 +415,12 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       server.stop()
 
 
-def _last_offline_record(learner: loop.Learner) -> dict:
-  records = [r for r in learner.eval_records() if r.get('phase') == 'offline']
-  return records[-1] if records else {'average_return': None}
+def _last_offline_record(learner: loop.Learner,
+                         train_step: int | None) -> dict | None:
+  """The offline phase's last evaluation (at `train_step`, if given)."""
+  records = [r for r in learner.eval_records() if r.get('phase') == 'offline'
+             and train_step in (None, r.get('train_step'))]
+  return records[-1] if records else None
 
 
 def _fill_table(config: OfflineConfig, rlds_data: tf.data.Dataset | None,

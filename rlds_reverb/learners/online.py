@@ -261,6 +261,11 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
                               specs.action_spec, config.agent_config)
     learner = loop.Learner(agent, config.root_dir,
                            **replay.checkpoint_state())
+    how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'
+           if config.her_config else f'{config.replay} replay')
+    title = f'{config.agent} online, {how}, {config.env}, seed {config.seed}'
+    metric = 'success_rate' if specs.goal_conditioned else 'average_return'
+    learner.set_curve(x='env_steps', title=title, y=metric)
     resumed = learner.restore()
     replay.start(client)  # A resumed run gets back what it had collected.
     train_step = replay.train_step(agent)
@@ -277,10 +282,6 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
         write_back=lambda: replay.write_back(client),
         view=replay.actor_view(), refresh_view=replay.refresh_actor_view,
         normalizer=getattr(replay, 'normalizer', None), seed=config.seed)
-    how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'
-           if config.her_config else f'{config.replay} replay')
-    title = f'{config.agent} online, {how}, {config.env}, seed {config.seed}'
-    metric = 'success_rate' if specs.goal_conditioned else 'average_return'
     run_dir.start()
     with run.progress(config.env_steps, start, 'env step',
                       f'{config.agent} {config.env}', show_progress) as bar:
