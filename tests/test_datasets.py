@@ -4,8 +4,11 @@ Never touches the network: TFDS names are either unprepared with
 download=False or served by tfds.testing.mock_data.
 """
 
+import json
 import pathlib
 import shutil
+import struct
+import sys
 
 import pytest
 import tensorflow as tf
@@ -111,3 +114,193 @@ def test_load_real_d4rl_builder_under_mock_data():
     assert len(episodes) == 2
     first = next(iter(episodes[0]['steps']))
     assert first['observation'].shape == (17,)
+
+
+# A dataset directory is data, never code (issue 13, defect 11).
+
+_PLANTED = '''import pathlib
+pathlib.Path({marker!r}).write_text('planted module ran')
+'''
+
+
+def _plant(generated, tmp_path, where: str) -> tuple[pathlib.Path, str, str]:
+  """Copies the dataset, plants a module in it and names it as a feature.
+
+  Returns the version dir, the planted class name and the marker file the
+  module writes when imported. `where` picks the metadata that names it:
+  `features_json` (proto JSON), `legacy_type` (TFDS < 4.6 `{type, content}`)
+  or `dataset_info` (features inside dataset_info.json).
+  """
+  out = tmp_path / 'data'
+  version_dir = out / 'halfcheetah_v5_random' / '1.0.0'
+  shutil.copytree(generated.dataset_dir, version_dir)
+  module = f'planted_{where}_{tmp_path.name}'.replace('-', '_')
+  marker = tmp_path / 'PLANTED_MODULE_RAN'
+  (version_dir / f'{module}.py').write_text(_PLANTED.format(marker=str(marker)))
+  class_name = f'{module}.Evil'
+  features_path = version_dir / 'features.json'
+  features = json.loads(features_path.read_text())
+  if where == 'features_json':
+    features['pythonClassName'] = class_name
+  elif where == 'legacy_type':
+    features = {'type': class_name, 'content': {}}
+  else:
+    info_path = version_dir / 'dataset_info.json'
+    info = json.loads(info_path.read_text())
+    info['features'] = {**features, 'pythonClassName': class_name}
+    info_path.write_text(json.dumps(info))
+    features_path.unlink()
+  if where != 'dataset_info':
+    features_path.write_text(json.dumps(features))
+  return version_dir, class_name, str(marker)
+
+
+def test_planted_module_would_run_under_plain_tfds(generated, tmp_path,
+                                                   monkeypatch):
+  # The attack is real: TFDS imports (runs) the module features.json names.
+  version_dir, _, marker = _plant(generated, tmp_path, 'features_json')
+  monkeypatch.syspath_prepend(str(version_dir))
+  with pytest.raises(ValueError, match='Unrecognized FeatureConnector'):
+    tfds.builder_from_directory(str(version_dir))
+  assert pathlib.Path(marker).exists()
+
+
+@pytest.mark.parametrize('where', ['features_json', 'legacy_type',
+                                   'dataset_info'])
+def test_load_refuses_planted_module_and_does_not_run_it(generated, tmp_path,
+                                                         monkeypatch, where):
+  version_dir, class_name, marker = _plant(generated, tmp_path, where)
+  monkeypatch.syspath_prepend(str(version_dir))  # Importable, were it asked.
+  with pytest.raises(datasets.UnsafeDatasetError) as e:
+    datasets.load(str(tmp_path / 'data'))
+  message = str(e.value)
+  assert '\n' not in message
+  file_name = 'dataset_info.json' if where == 'dataset_info' else 'features.json'
+  assert str(version_dir / file_name) in message
+  assert repr(class_name) in message and 'not a TFDS feature class' in message
+  assert isinstance(e.value, datasets.DatasetNotFoundError)  # CLIs: one line.
+  assert not pathlib.Path(marker).exists()
+  assert class_name.split('.')[0] not in sys.modules
+
+
+def test_tfds_name_resolving_to_planted_dir_is_refused(generated, tmp_path,
+                                                       monkeypatch):
+  # A name TFDS does not know is looked up as files in data_dir
+  # (builder_from_files): the guard inside TFDS' class lookup refuses it.
+  version_dir, class_name, marker = _plant(generated, tmp_path,
+                                           'features_json')
+  monkeypatch.syspath_prepend(str(version_dir))
+  with pytest.raises(datasets.UnsafeDatasetError,
+                     match=f"'halfcheetah_v5_random' names feature type "
+                     f"'{class_name}'"):
+    datasets.load('halfcheetah_v5_random', data_dir=str(tmp_path / 'data'),
+                  download=False)
+  assert not pathlib.Path(marker).exists()
+  # The guard is lifted afterwards: TFDS' own lookup is back.
+  assert (tfds.features.FeatureConnector.cls_from_name('tensorflow_datasets.'
+          'core.features.tensor_feature.Tensor') is tfds.features.Tensor)
+
+
+def test_check_metadata_accepts_tfds_features(generated):
+  datasets.check_metadata(generated.dataset_dir)  # Raises nothing.
+
+
+def test_check_metadata_unreadable_json(generated, tmp_path):
+  version_dir = tmp_path / '1.0.0'
+  shutil.copytree(generated.dataset_dir, version_dir)
+  (version_dir / 'features.json').write_text('{not json')
+  with pytest.raises(datasets.DatasetNotFoundError,
+                     match='features.json is not a readable JSON file'):
+    datasets.load(str(version_dir))
+
+
+# A damaged shard is named (issue 13, defect 10).
+
+
+def _copy_dataset(generated, tmp_path) -> tuple[pathlib.Path, pathlib.Path]:
+  version_dir = tmp_path / 'ds' / '1.0.0'
+  shutil.copytree(generated.dataset_dir, version_dir)
+  shards = sorted(version_dir.glob('*.tfrecord-*'))
+  assert len(shards) == 1
+  return version_dir, shards[0]
+
+
+def _first_record_length(shard: pathlib.Path) -> int:
+  return struct.unpack('<Q', shard.read_bytes()[:8])[0]
+
+
+def _truncate(shard):
+  shard.write_bytes(shard.read_bytes()[:-10])
+
+
+def _flip_data_byte(shard):
+  data = bytearray(shard.read_bytes())
+  data[12 + _first_record_length(shard) // 2] ^= 0xFF  # Inside record 0.
+  shard.write_bytes(bytes(data))
+
+
+def _flip_length_byte(shard):
+  data = bytearray(shard.read_bytes())
+  data[1] ^= 0x01
+  shard.write_bytes(bytes(data))
+
+
+def _drop_last_record(shard):
+  data = shard.read_bytes()
+  first = 12 + _first_record_length(shard) + 4
+  shard.write_bytes(data[:first])  # Framing intact, one record of two.
+
+
+@pytest.mark.parametrize('damage, why', [
+    (_truncate, 'corrupt: truncated'),
+    (_flip_data_byte, 'corrupt: a record fails its data checksum'),
+    (_flip_length_byte, 'corrupt: bad length checksum of record 0'),
+    (_drop_last_record, 'corrupt: holds 1 records, dataset_info.json says 2'),
+    (lambda shard: shard.unlink(), 'is missing'),
+])
+def test_damaged_shard_is_named(generated, tmp_path, damage, why):
+  version_dir, shard = _copy_dataset(generated, tmp_path)
+  damage(shard)
+  with pytest.raises(datasets.CorruptDatasetError) as e:
+    datasets.load(str(version_dir))
+  message = str(e.value)
+  assert '\n' not in message
+  assert message.startswith(f'shard {shard} ')
+  assert why in message
+  assert isinstance(e.value, datasets.DatasetNotAvailableError)
+
+
+def test_framing_check_misses_data_damage_that_check_shards_names(
+    generated, tmp_path):
+  version_dir, shard = _copy_dataset(generated, tmp_path)
+  _flip_data_byte(shard)
+  ds = datasets.load(str(version_dir), verify='framing')
+  with pytest.raises(tf.errors.DataLossError) as e:  # TF's text, no file.
+    list(ds)
+  assert str(shard) not in str(e.value)
+  with pytest.raises(datasets.CorruptDatasetError,
+                     match=f'shard {shard} is corrupt'):
+    datasets.check_shards(str(version_dir))
+  assert datasets.check_shards(str(version_dir), verify='framing') == (
+      datasets.ShardCheck((str(shard),), 2, shard.stat().st_size, 'framing'))
+
+
+def test_check_shards_of_intact_dataset(generated):
+  check = datasets.check_shards(generated.out_dir, split='train[:1]')
+  assert check.checked == 'full' and check.records == 2
+  assert len(check.files) == 1
+  assert datasets.check_shards(generated.out_dir, verify='none').checked == (
+      'none')
+
+
+def test_verify_none_skips_the_check(generated, tmp_path):
+  version_dir, shard = _copy_dataset(generated, tmp_path)
+  _truncate(shard)
+  datasets.load(str(version_dir), verify='none')  # The caller's choice.
+
+
+def test_unknown_verify_mode(generated):
+  with pytest.raises(ValueError, match="verify='fast'; expected one of auto"):
+    datasets.load(generated.out_dir, verify='fast')
+  with pytest.raises(ValueError, match="verify='fast'"):
+    datasets.check_shards(generated.out_dir, verify='fast')
