@@ -52,6 +52,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import gin
+import tensorflow as tf
 
 from pipelines import cli
 from pipelines import common_flags
@@ -61,6 +62,7 @@ from rlds_reverb import per
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
+from rlds_reverb.learners import run
 
 _PROG = 'train'
 
@@ -456,6 +458,10 @@ def main(argv: list[str]) -> None:
   except (datasets.DatasetNotFoundError,
           datasets.DatasetNotAvailableError) as e:
     cli.fail(_PROG, e)
+  except tf.errors.OpError as e:  # Before training (in it: TrainingError).
+    cli.fail(_PROG, RuntimeError(
+        f'{"offline" if offline_run else "online"} run failed before '
+        f'training: {run.op_error_summary(e)}'))
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
   except KeyboardInterrupt:

@@ -11,6 +11,7 @@ so a resumed run continues the same curve. Gradient steps run several per
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -24,6 +25,10 @@ CHECKPOINT_DIR = 'checkpoints'
 EVAL_LOG = 'eval.jsonl'
 CURVE_PNG = 'learning_curve.png'
 TENSORBOARD_DIR = 'tensorboard'
+
+
+class NonFiniteLossError(FloatingPointError):
+  """A gradient step's loss was nan or inf; the message names the step."""
 
 
 class Learner:
@@ -133,6 +138,10 @@ class Learner:
     `source` is an in-graph feed (`rlds_reverb.replay.feeds`: called for
     each batch inside the same `tf.function` as the step) or an iterator
     of batches (a streaming `tf.data` reader).
+
+    Raises:
+      NonFiniteLossError: a step's loss was nan or inf (training stops at
+        that step; no later step runs).
     """
     if self._train_fn is None:
       agent, interval = self.agent, self._summary_interval
@@ -146,11 +155,19 @@ class Learner:
               tf.equal(agent.train_step_counter % interval, 0)):
             batch = source() if callable(source) else next(source)
             loss = train_step_fn(batch)
+          # A non-finite loss ends the call at the step that made it
+          # (one scalar check per step).
+          if not tf.math.is_finite(loss):
+            break
         return loss
 
       self._train_fn = train_steps
     with self.summary_writer.as_default():
-      return float(self._train_fn(source, tf.constant(num_steps)))
+      loss = float(self._train_fn(source, tf.constant(num_steps)))
+    if not math.isfinite(loss):
+      raise NonFiniteLossError(
+          f'the loss became {loss} at gradient step {self.train_step}')
+    return loss
 
   def write_scalars(self, values: dict[str, float], step: int,
                     prefix: str) -> None:

@@ -382,7 +382,8 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                      [run.Every(config.eval_interval,
                                 lambda _: evaluate('offline', bar)),
                       run.Every(config.checkpoint_interval,
-                                this_run.checkpoint)], bar)
+                                this_run.checkpoint)], bar,
+                     what='offline training', unit='gradient step')
     finetuning = int(learner.env_steps.numpy()) > 0  # Resumed in it.
     # A run resumed at its end has its last evaluation in the log already.
     record = this_run.last_record or _last_offline_record(
@@ -507,7 +508,8 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
           config.online_finetune_steps, phase,
           [run.Every(config.eval_interval,
                      lambda _: evaluate('online', bar), at_end=False),
-           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar)
+           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
+          what='fine-tuning', unit='env step')
     record = evaluate('online', None)
   finally:
     collector.close()

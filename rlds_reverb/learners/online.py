@@ -314,7 +314,8 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
           lambda: int(learner.env_steps.numpy()), config.env_steps, phase,
           [run.Every(config.eval_interval, evaluate, at_end=False),
            run.Every(config.snapshot_interval, snapshot, at_end=False),
-           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar)
+           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
+          what='online training', unit='env step')
     this_run.export('policy.npz', env_steps=config.env_steps)
     return this_run.last_record
   finally:

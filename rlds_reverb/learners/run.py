@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -61,22 +62,75 @@ class Every:
   at_end: bool = True
 
 
+class TrainingError(RuntimeError):
+  """Training stopped: an op failed or the loss stopped being finite.
+
+  One line: '<what> stopped at <unit> <position>: <cause>', the cause the
+  op's own message (`op_error_summary`); the original is `__cause__`.
+  """
+
+
+def op_error_summary(error: BaseException, limit: int = 300) -> str:
+  """The op's own message of a TensorFlow error, on one line.
+
+  A `tf.function`'s error message starts with 'Graph execution error:' and
+  the Python stack where the failing op was made ('Detected at node ...
+  defined at (most recent call last): File ...'), and ends with the node and
+  function names; what is left is what the op said, e.g. 'assertion failed:
+  ...' or 'Input to reshape is a tensor with 4 values, but the requested
+  shape has 15'. Cut to `limit` characters.
+  """
+  message = (error.message if isinstance(error, tf.errors.OpError)
+             else str(error))
+  kept, in_stack = [], False
+  for line in message.splitlines():
+    text = line.strip()
+    if not text or text.startswith('Graph execution error'):
+      continue
+    if text.startswith('Detected at node') or text.startswith(
+        'Detected unsupported operations'):
+      in_stack = True
+      continue
+    if in_stack and line[:1] in (' ', '\t'):  # File lines, code lines.
+      continue
+    in_stack = False
+    if text.startswith(('[[', 'Node:')):
+      continue
+    kept.append(text)
+  text = ' '.join(' '.join(kept).split())
+  text = re.sub(r'\s*\[Op:[^\]]*\]', '', text)
+  text = re.sub(r'\{\{function_node [^}]*\}\}\s*', '', text)
+  text = re.sub(r'\s*\[\[\{\{node [^}]*\}\}\]\]', '', text).strip()
+  text = text or type(error).__name__
+  return text if len(text) <= limit else text[:limit - 3].rstrip() + '...'
+
+
 def run_phases(clock: Callable[[], int], total: int,
                phase: Callable[[int], None], triggers: Sequence[Every],
-               bar: Optional[tqdm.tqdm] = None) -> None:
+               bar: Optional[tqdm.tqdm] = None, *,
+               what: str = 'training', unit: str = 'step') -> None:
   """Calls `phase(position)` until `clock()` reaches `total`, running the
-  triggers that each phase crossed."""
+  triggers that each phase crossed.
+
+  Raises:
+    TrainingError: a phase or trigger failed in an op, or the loss became
+      non-finite; the message names `what`, the `unit` and the position.
+  """
   while clock() < total:
     before = clock()
-    phase(before)
-    after = clock()
-    if bar is not None:
-      bar.update(after - before)
-    for trigger in triggers:
-      if trigger.interval and crossed(before, after, trigger.interval):
-        trigger.action(after)
-      elif trigger.at_end and after >= total:
-        trigger.action(after)
+    try:
+      phase(before)
+      after = clock()
+      if bar is not None:
+        bar.update(after - before)
+      for trigger in triggers:
+        if trigger.interval and crossed(before, after, trigger.interval):
+          trigger.action(after)
+        elif trigger.at_end and after >= total:
+          trigger.action(after)
+    except (tf.errors.OpError, loop.NonFiniteLossError) as e:
+      raise TrainingError(f'{what} stopped at {unit} {clock()}: '
+                          f'{op_error_summary(e)}') from e
 
 
 def progress(total: int, initial: int, unit: str, desc: str,
