@@ -15,10 +15,10 @@ $(STAMP): setup.py constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (or run: make PYTHON=python3 ...)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	# One resolve, tf-agents included (setup.py says which pins make that possible).
 	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
-	# tf-agents pins typing-extensions==4.5.0, gymnasium needs >=4.12: install it without deps.
-	$(PY) -m pip install -q --no-deps tf-agents==0.19.0
-	$(PY) -c "import tf_agents, reverb, rlds, tensorflow_datasets, gymnasium" 2>/dev/null
+	$(PY) -m pip check
+	$(PY) -c "import tf_agents, reverb, rlds, tensorflow_datasets, gymnasium, gymnasium_robotics" 2>/dev/null
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,10 +1,11 @@
 """rlds_reverb: RLDS datasets -> TF-Agents trajectories -> Reverb tables, fast.
 
-The pins below are the known-good set: TensorFlow 2.15 needs protobuf 3.20,
-which rules out tensorflow-metadata > 1.14 and numpy >= 2. tf-agents 0.19.0
-is deliberately *not* listed: it pins typing-extensions==4.5.0 while
-gymnasium 1.x needs >= 4.12, so it is installed with `--no-deps` afterwards
-(see the Makefile); the combination works in practice.
+The pins below are the known-good set, and pip resolves them on its own, so
+`pip install .` (or `pip install rlds_reverb-*.whl`) is the whole install:
+TensorFlow 2.15 needs protobuf 3.20, which rules out tensorflow-metadata > 1.14
+and numpy >= 2; tf-agents 0.19.0 pins typing-extensions==4.5.0, which rules
+out gymnasium >= 1.4 (the first release to require typing-extensions >= 4.12;
+1.0 to 1.3 accept >= 4.3, and gymnasium-robotics 1.4 needs gymnasium >= 1.2).
 """
 import setuptools
 
@@ -17,17 +18,12 @@ INSTALL_REQUIRES = [
     'tensorflow-datasets==4.9.4',
     'tensorflow-metadata==1.14.0',
     'numpy<2',
-    'gymnasium>=1.0,<2',
+    'tf-agents==0.19.0',  # Brings gym 0.23.0, pygame, gin-config, pillow.
+    # <1.4: gymnasium 1.4 needs typing-extensions >= 4.12, tf-agents pins 4.5.0.
+    'gymnasium>=1.2,<1.4',
     'mujoco<3.4',
-    'gymnasium-robotics',
-    # tf-agents' own requirements, installed here because tf-agents itself
-    # goes in with --no-deps.
-    'gym==0.23.0',
-    'pygame==2.1.3',
-    'cloudpickle',
-    'pillow',
+    'gymnasium-robotics>=1.4,<1.5',
     'dm-tree',
-    'wrapt',
     'tqdm',
     'absl-py',
     'gin-config==0.5.0',  # configs/*.gin, pipelines.train --gin_file
