@@ -1,7 +1,7 @@
 r"""Load on one Reverb server: W writer and S sampler processes, bounded time.
 
-One server process with one table, reached on loopback (`localhost:PORT`); W writer
-processes write through the toolkit's own writers (`writers.WindowWriter`:
+One server process with one table, reached on loopback (`localhost:PORT`);
+W writer processes write through the toolkit's writers (`writers.WindowWriter`:
 2-step windows, stride 1, one item per step, as `pipelines.push` writes;
 `writers.EpisodeWriter`: one item per episode, as `--sequence_length none`
 and actors write), S sampler processes read with Reverb's own readers
