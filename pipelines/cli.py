@@ -1,17 +1,68 @@
-"""What the pipelines' command lines share: errors, flags, waiting for Ctrl-C.
+"""What the pipelines' command lines share: errors, flags, waiting for Ctrl-C,
+and a quiet stderr.
 
 No flags are defined here: absl's `--help` lists the flags of the main module
 only, so each pipeline defines its own.
+
+Quiet stderr, in two steps, for every pipeline:
+  1. importing this module sets environment defaults that silence
+     TensorFlow's and gRPC's C++ start-up logs (TF_CPP_MIN_LOG_LEVEL=3,
+     GRPC_VERBOSITY=ERROR), so a pipeline imports it before tensorflow,
+     reverb or anything that imports them:
+
+       from pipelines import cli  # First: quiets C++ logs before TF loads.
+
+  2. `quiet_logging()`, called in `main` once flags are parsed, keeps absl
+     logs at WARNING, hides third-party Python warnings (the library's own
+     stay, one line each: `serve: warning: ...`) and drops the log lines that
+     Reverb's C++ code writes to stderr with no level to filter on
+     ("[reverb/cc/...] Started replay server on port 8000").
+`--verbosity N` (any N; or `-v N`) turns all of it off: every log comes back.
+Variables set by the caller (TF_CPP_MIN_LOG_LEVEL=0 ...) are kept.
 """
 
+import atexit
+import io
+import os
 import signal
+import subprocess
 import sys
 import time
 from typing import Callable, List, NoReturn, Optional
+import warnings
 
+
+def verbosity_requested(argv: Optional[List[str]] = None) -> bool:
+  """Whether the command line sets absl's --verbosity (or -v): show all logs.
+
+  Read from the raw arguments, since the environment defaults must be set at
+  import, before flags are parsed.
+  """
+  for arg in (sys.argv[1:] if argv is None else argv):
+    if arg == '--':
+      break
+    if arg.split('=', 1)[0] in ('--verbosity', '-v', '--v'):
+      return True
+  return False
+
+
+def _quiet_native_logs_by_default() -> None:
+  if verbosity_requested():
+    return
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+  os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+
+
+# Before tensorflow is imported, here or by the importer.
+_quiet_native_logs_by_default()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 from absl import logging
 import tensorflow as tf
+
+from rlds_reverb import tables
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 # Exceptions that mean bad input or an unusable environment, not a bug: a
 # pipeline prints them as one line and exits 1 instead of a traceback.
@@ -19,13 +70,131 @@ USER_ERRORS = (ValueError, RuntimeError, OSError, tf.errors.OpError)
 
 
 def quiet_logging() -> None:
-  """Logs WARNING and up unless --verbosity is given (call in main).
+  """Quiets stderr unless --verbosity is given (call in main).
 
   TFDS and the library log at INFO, which would bury the progress bar and
-  the summary; `--verbosity 0` brings those logs back.
+  the summary: absl logs are kept at WARNING. Third-party Python warnings
+  are hidden; this library's are printed as `<prog>: warning: <message>`
+  (so `InsecureServerWarning` always shows). Reverb's C++ log lines are
+  dropped from stderr (`_filter_native_stderr`). `--verbosity N` keeps all
+  of these as they are.
   """
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
+  if flags.FLAGS['verbosity'].present:
+    return
+  logging.set_verbosity(logging.WARNING)
+  warnings.simplefilter('ignore')
+  warnings.filterwarnings('default', module=r'(rlds_reverb|pipelines)(\.|$)')
+  warnings.filterwarnings('always', category=tables.InsecureServerWarning)
+  warnings.showwarning = _show_warning
+  _filter_native_stderr()
+
+
+def _show_warning(message, category, filename, lineno, file=None,
+                  line=None) -> None:
+  del category, filename, lineno, line
+  stream = file or sys.stderr
+  try:
+    print(f'{_prog}: warning: {" ".join(str(message).split())}', file=stream,
+          flush=True)
+  except OSError:  # As warnings' own: a closed stderr is not worth dying for.
+    pass
+
+
+# The program name that warnings are printed with (`flags_parser` sets it).
+_prog = os.path.splitext(os.path.basename(sys.argv[0] or 'python'))[0]
+
+# Reverb's C++ code logs with std::clog, unconditionally: each line starts
+# with the source file, "[reverb/cc/platform/default/server.cc:71] ...".
+# Its fatal errors ("... Check failed: ...") are kept.
+_NATIVE_LOG_PREFIX = b'[reverb/cc/'
+_FILTER_SOURCE = r"""
+import os, signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+PREFIX, KEEP = %r, b'Check failed'
+def write(data):
+  while data:
+    data = data[os.write(1, data):]
+pending = b''
+while True:
+  try:
+    chunk = os.read(0, 65536)
+  except OSError:
+    break
+  if not chunk:
+    break
+  pending += chunk
+  *lines, pending = pending.split(b'
+')
+  out = [l + b'
+' for l in lines if not l.startswith(PREFIX) or KEEP in l]
+  if pending and not (pending.startswith(PREFIX) or
+                      PREFIX.startswith(pending)):
+    out.append(pending)  # A partial line that is not Reverb's: show it now.
+    pending = b''
+  try:
+    write(b''.join(out))
+  except OSError:
+    break
+if pending and (not pending.startswith(PREFIX) or KEEP in pending):
+  write(pending)
+""" % (_NATIVE_LOG_PREFIX,)
+# Names the pipe that stderr goes into once filtered, so that processes
+# started from here that inherit it do not filter it again.
+_FILTERED_ENV = 'RLDS_REVERB_STDERR_FILTER'
+
+
+def _stderr_id() -> str:
+  stat = os.fstat(2)
+  return f'{stat.st_dev}:{stat.st_ino}'
+
+
+def _filter_native_stderr() -> None:
+  """Drops Reverb's C++ log lines from this process's stderr (fd 2).
+
+  They cannot be turned off (Reverb has no log level), so fd 2 becomes a pipe
+  into a small filter process that passes everything else on to the real
+  stderr. A process of its own, not a thread: it drains the pipe even if
+  this one crashes or is killed, so no fatal message is lost; it leaves the
+  process group, so Ctrl-C does not end it before the pipeline's summary.
+  Python's own `sys.stderr` (errors, warnings, progress bars) writes to the
+  real stderr directly and keeps its terminal. At exit, fd 2 is given back
+  and the filter drained.
+  """
+  try:
+    if os.environ.get(_FILTERED_ENV) == _stderr_id():
+      return
+    sys.stderr.flush()
+    real = os.dup(2)
+    read_end, write_end = os.pipe()
+    filter_process = subprocess.Popen(
+        [sys.executable, '-I', '-S', '-c', _FILTER_SOURCE], stdin=read_end,
+        stdout=real, stderr=subprocess.DEVNULL, close_fds=True,
+        start_new_session=True)
+  except OSError:
+    return  # No stderr to filter (or no room for a process): leave it be.
+  os.close(read_end)
+  sys.stderr = io.TextIOWrapper(
+      os.fdopen(os.dup(real), 'wb', buffering=0), encoding='utf-8',
+      errors='backslashreplace', line_buffering=True, write_through=True)
+  handler = logging.get_absl_handler().python_handler
+  if handler.stream is sys.__stderr__:
+    handler.stream = sys.stderr
+  os.dup2(write_end, 2)
+  os.close(write_end)
+  os.environ[_FILTERED_ENV] = _stderr_id()
+
+  def restore() -> None:
+    try:
+      sys.stderr.flush()
+    except (OSError, ValueError):
+      pass
+    os.dup2(real, 2)  # Closes this process's end of the pipe.
+    try:
+      filter_process.wait(timeout=2)  # Children may hold the pipe open.
+    except subprocess.TimeoutExpired:
+      pass
+
+  atexit.register(restore)
 
 
 def one_line(error: BaseException) -> str:
@@ -47,6 +216,9 @@ def flags_parser(prog: str) -> Callable[[List[str]], List[str]]:
 
   absl's own prints flag errors on two lines and exits 1 after --help.
   """
+
+  global _prog
+  _prog = prog
 
   def parse(argv: List[str]) -> List[str]:
     try:

@@ -1,14 +1,18 @@
 """Tests for rlds_reverb.tables, against real Reverb servers."""
 
 import os
+import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
+import warnings
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import reverb
 import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
@@ -155,6 +159,12 @@ class MakeTableTest(parameterized.TestCase):
     table = tables.make_table('t', _data_spec(), max_size=10,
                               sequence_length=None)
     self.assertEqual(table.name, 't')
+
+
+# Every server warns that it listens on all interfaces; the warning itself is
+# tested in SecurityTest, which records it.
+pytestmark = pytest.mark.filterwarnings(
+    'ignore::rlds_reverb.tables.InsecureServerWarning')
 
 
 class ServerTest(parameterized.TestCase):
@@ -419,6 +429,257 @@ class StartServerAndConnectTest(parameterized.TestCase):
   def test_connect_bad_arguments(self, address, timeout_s, match):
     with self.assertRaisesRegex(ValueError, match):
       tables.connect(address, timeout_s=timeout_s)
+
+
+  def test_restart_on_the_port_of_a_server_stopped_with_a_client(self):
+    server = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=10)])
+    port = server.port
+    client = tables.connect(f'localhost:{port}')
+    _write(client, 't', num_steps=3)
+    server.stop()  # The connection it closes stays in TIME_WAIT for ~60 s.
+    restarted = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=10)], port=port)
+    try:
+      # The first call on the old channel meets the dropped connection and
+      # reconnects.
+      self.assertEqual(tables.get_table_info(client, 't').current_size, 0)
+      self.assertEqual(restarted.port, port)
+    finally:
+      restarted.stop()
+
+  @parameterized.named_parameters(
+      dict(testcase_name='words', address='not an address',
+           reason='it contains spaces'),
+      dict(testcase_name='no_port', address='localhost', reason='no port'),
+      dict(testcase_name='port_zero', address='localhost:0',
+           reason=r"the port must be an integer in \[1, 65535\], not '0'"),
+      dict(testcase_name='port_too_big', address='localhost:65536',
+           reason='the port must be an integer'),
+      dict(testcase_name='port_not_a_number', address='localhost:http',
+           reason="the port must be an integer in .*, not 'http'"),
+      dict(testcase_name='no_host', address=':8000', reason='no host'),
+      dict(testcase_name='bare_ipv6', address='::1:8000',
+           reason=r'an IPv6 host goes in brackets, e\.g\. \[::1\]:8000'),
+      dict(testcase_name='bracketed_name', address='[localhost]:8000',
+           reason=r'\[localhost\] is not an IPv6 address'),
+      dict(testcase_name='bad_name', address='local$host:8000',
+           reason='not a host name or IP address'),
+  )
+  def test_connect_to_not_an_address_fails_at_once(self, address, reason):
+    start = time.monotonic()
+    with self.assertRaisesRegex(
+        ValueError, f'^address must be "host:port" \\(e\\.g\\. localhost:8000\\), '
+        f'got {re.escape(repr(address))}: {reason}'):
+      tables.connect(address, timeout_s=5)
+    self.assertLess(time.monotonic() - start, 1.0)
+
+  @parameterized.parameters(
+      ('localhost:8000', ('localhost', 8000)),
+      ('10.0.0.5:1', ('10.0.0.5', 1)),
+      ('[::1]:65535', ('::1', 65535)),
+      ('reverb-0.learners.internal:8000', ('reverb-0.learners.internal', 8000)),
+  )
+  def test_parse_address(self, address, expected):
+    self.assertEqual(tables.parse_address(address), expected)
+
+
+class DeadlineTest(parameterized.TestCase):
+  """call_with_deadline on plain blocking calls (the server faults are in
+  test_server_faults.py)."""
+
+  def test_returns_the_value(self):
+    self.assertEqual(tables.call_with_deadline(
+        lambda: 7, timeout_s=1, what='x', address='a:1'), 7)
+
+  def test_times_out_with_one_line(self):
+    release = threading.Event()
+    self.addCleanup(release.set)
+    start = time.monotonic()
+    with self.assertRaises(tables.ServerUnavailableError) as raised:
+      tables.call_with_deadline(release.wait, timeout_s=0.5,
+                                what="checkpointing table 'rlds'",
+                                address='localhost:1234')
+    self.assertBetween(time.monotonic() - start, 0.5, 3.0)
+    self.assertEqual(
+        str(raised.exception),
+        'Reverb server at localhost:1234 did not answer within 0.5s while '
+        "checkpointing table 'rlds' (server down?)")
+    self.assertIsInstance(raised.exception, ConnectionError)
+
+  @parameterized.parameters(
+      RuntimeError('Socket closed'),
+      RuntimeError('failed to connect to all addresses; last error: ...'),
+      RuntimeError('Connection reset by peer'),
+      tf.errors.UnavailableError(None, None, 'Socket closed'),
+  )
+  def test_unavailable_becomes_server_unavailable(self, error):
+    self.assertTrue(tables.is_unavailable(error))
+
+    def fail():
+      raise error
+
+    with self.assertRaisesRegex(
+        tables.ServerUnavailableError,
+        r'^Reverb server at h:1 is unavailable while writing: .+ '
+        r'\(server down\?\)$') as raised:
+      tables.call_with_deadline(fail, timeout_s=1, what='writing',
+                                address='h:1')
+    self.assertIs(raised.exception.__cause__, error)
+
+  @parameterized.parameters(
+      RuntimeError('Table rlds not found'), ValueError('Socket closed'),
+      KeyError('x'))
+  def test_other_errors_pass_through(self, error):
+    self.assertFalse(tables.is_unavailable(error))
+
+    def fail():
+      raise error
+
+    with self.assertRaises(type(error)) as raised:
+      tables.call_with_deadline(fail, timeout_s=1, what='x', address='h:1')
+    self.assertIs(raised.exception, error)
+
+  @parameterized.parameters(0, -1.0)
+  def test_bad_timeout(self, timeout_s):
+    with self.assertRaisesRegex(ValueError, 'timeout_s must be > 0 or None'):
+      tables.call_with_deadline(lambda: 1, timeout_s=timeout_s, what='x',
+                                address='h:1')
+
+
+class SecurityTest(parameterized.TestCase):
+  """Reverb 0.14 binds every interface: each start says so."""
+
+  def _start(self, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter('always', tables.InsecureServerWarning)
+      server = tables.start_server(
+          [tables.make_table('t', _data_spec(), max_size=10)], **kwargs)
+    self.addCleanup(server.stop)
+    return server, [w for w in caught
+                    if issubclass(w.category, tables.InsecureServerWarning)]
+
+  def test_warns_with_the_real_listening_address(self):
+    server, caught = self._start()
+    port = server.port
+    self.assertEqual(tables.listening_addresses(port), [f'[::]:{port}'])
+    self.assertLen(caught, 1)
+    self.assertEqual(
+        str(caught[0].message),
+        f'the Reverb server listens on all interfaces ([::]:{port}), not only '
+        'on localhost: Reverb cannot bind a single interface and has no '
+        f'authentication, so anyone who can reach port {port} can read, '
+        'insert or reset its tables; see docs/security.md to restrict access')
+    self.assertEqual(caught[0].filename, __file__)  # Blames the caller.
+    # Why: a non-loopback address of this machine reaches it.
+    ip = _non_loopback_ip()
+    if ip is None:
+      self.skipTest('no non-loopback address on this machine')
+    client = tables.connect(f'{ip}:{port}')
+    self.assertIn('t', client.server_info(timeout=5))
+
+  def test_all_interfaces_host_is_accepted_and_still_warned(self):
+    server, caught = self._start(host='0.0.0.0')
+    self.assertLen(caught, 1)
+    self.assertStartsWith(
+        str(caught[0].message),
+        f'the Reverb server listens on all interfaces ([::]:{server.port}): ')
+
+  @parameterized.parameters('', 'bad host', 'a$b', 7)
+  def test_bad_host(self, host):
+    with self.assertRaisesRegex(ValueError, '^host must be a host name or IP'):
+      tables.start_server([tables.make_table('t', _data_spec(), max_size=10)],
+                          host=host)
+
+  def test_listening_addresses(self):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+      listener.bind(('127.0.0.1', 0))
+      port = listener.getsockname()[1]
+      self.assertEqual(tables.listening_addresses(port), [])  # Not yet.
+      listener.listen()
+      self.assertEqual(tables.listening_addresses(port),
+                       [f'127.0.0.1:{port}'])
+    self.assertTrue(tables.is_loopback_address('127.0.0.1:80'))
+    self.assertTrue(tables.is_loopback_address('[::1]:80'))
+    self.assertTrue(tables.is_loopback_address('[::ffff:127.0.0.1]:80'))
+    self.assertFalse(tables.is_loopback_address('[::]:80'))
+    self.assertFalse(tables.is_loopback_address('10.0.0.5:80'))
+
+
+class CheckpointsTest(parameterized.TestCase):
+
+  def test_latest_checkpoint_and_differences_of_a_restored_table(self):
+    checkpoint_dir = _tempdir(self)
+    self.assertIsNone(tables.latest_checkpoint(checkpoint_dir))
+    self.assertIsNone(tables.latest_checkpoint(
+        os.path.join(checkpoint_dir, 'missing')))
+    server = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=10)],
+        checkpoint_dir=checkpoint_dir)
+    client = tables.connect(f'localhost:{server.port}')
+    _write(client, 't', num_steps=3)
+    path = tables.checkpoint(client)
+    server.stop()
+    self.assertEqual(tables.latest_checkpoint(checkpoint_dir), path)
+    self.assertLess(abs(tables.checkpoint_time(path) - time.time()), 60)
+
+    wanted = tables.make_table('t', _data_spec(), max_size=99,
+                               sampler='prioritized', alpha=0.5,
+                               min_size_to_sample=2)
+    wanted_info = wanted.info
+    restored = tables.start_server([wanted], checkpoint_dir=checkpoint_dir)
+    try:
+      info = tables.get_table_info(restored.localhost_client(), 't')
+      self.assertEqual(info.current_size, 2)
+      self.assertEqual(tables.table_differences(info, wanted_info), [
+          'max_size 10 (asked 99)',
+          'sampler uniform (asked prioritized(alpha=0.5))',
+          'rate limiter min_size_to_sample=1, samples_per_insert=1, '
+          'error_buffer=[-1.79769e+308, 1.79769e+308] (asked '
+          'min_size_to_sample=2, samples_per_insert=1, '
+          'error_buffer=[-1.79769e+308, 1.79769e+308])'])
+      self.assertEqual(tables.table_differences(info, info), [])
+    finally:
+      restored.stop()
+
+  def test_periodic_checkpointer(self):
+    checkpoint_dir = _tempdir(self)
+    server = tables.start_server(
+        [tables.make_table('t', _data_spec(), max_size=10)],
+        checkpoint_dir=checkpoint_dir)
+    self.addCleanup(server.stop)
+    client = tables.connect(f'localhost:{server.port}')
+    _write(client, 't', num_steps=4)
+    paths = []
+    periodic = tables.PeriodicCheckpointer(client, 0.2,
+                                           on_checkpoint=paths.append)
+    deadline = time.monotonic() + 30
+    while periodic.count < 2 and time.monotonic() < deadline:
+      time.sleep(0.05)
+    periodic.stop()
+    count = periodic.count
+    self.assertGreaterEqual(count, 2)
+    self.assertLen(paths, count)
+    self.assertEqual(periodic.last_path, paths[-1])
+    self.assertEqual(tables.latest_checkpoint(checkpoint_dir), paths[-1])
+    self.assertIsNone(periodic.last_error)
+    time.sleep(0.5)
+    self.assertEqual(periodic.count, count)  # Stopped means stopped.
+
+  def test_periodic_checkpointer_bad_interval(self):
+    with self.assertRaisesRegex(ValueError, 'interval_s must be > 0'):
+      tables.PeriodicCheckpointer(None, 0)
+
+
+def _non_loopback_ip():
+  """An IPv4 address of this machine that is not loopback, or None."""
+  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    try:
+      s.connect(('10.255.255.255', 1))  # Sends nothing: picks a route.
+      ip = s.getsockname()[0]
+    except OSError:
+      return None
+  return None if ip.startswith('127.') or ip == '0.0.0.0' else ip
 
 
 if __name__ == '__main__':

@@ -1,0 +1,234 @@
+"""Runs of `python -m pipelines.serve` as an operator runs it.
+
+A tiny RLDS dataset (observations (3,), actions (2,)) gives the table its
+signature; items are written straight from the test with TF-Agents' own
+observer. Each run checks what serve prints, what it keeps across a kill -9
+(periodic checkpoints) and a clean stop (restart on the same port at once,
+with a client still connected), and that its stderr holds no Reverb C++ log
+lines. `Serve` and `tiny_dataset` are used by test_server_faults.py too.
+"""
+
+import os
+import pathlib
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import List, Optional
+
+import numpy as np
+import pytest
+from tf_agents.replay_buffers import reverb_utils
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from rlds_reverb import tables
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# The caller's environment, minus what would defeat the quiet default.
+ENV = {k: v for k, v in os.environ.items()
+       if k not in ('TF_CPP_MIN_LOG_LEVEL', 'GRPC_VERBOSITY')}
+START_TIMEOUT_S = 120  # A loaded 2-core machine imports TensorFlow slowly.
+SERVING = r'^serving table rlds on (localhost:(\d+))$'
+
+
+class Serve:
+  """`pipelines.serve` left running; stdout lines arrive as printed."""
+
+  def __init__(self, *args: str, stderr_path: pathlib.Path):
+    self._stderr_path = stderr_path
+    with open(stderr_path, 'w') as stderr:  # A file: a pipe could fill up.
+      self.proc = subprocess.Popen(
+          [sys.executable, '-m', 'pipelines.serve', *args], cwd=REPO,
+          env=ENV, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    self.lines: List[str] = []
+    self._queue: 'queue.Queue[Optional[str]]' = queue.Queue()
+    threading.Thread(target=self._read, daemon=True).start()
+
+  def _read(self) -> None:
+    for line in self.proc.stdout:
+      self._queue.put(line.rstrip('\n'))
+    self._queue.put(None)
+
+  def wait_for(self, pattern: str, timeout_s: float = START_TIMEOUT_S
+               ) -> re.Match:
+    """The match of the next stdout line that matches `pattern`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+      try:
+        line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+      except queue.Empty:
+        pytest.fail(f'no line matching {pattern!r} within {timeout_s}s; '
+                    f'stdout: {self.lines}; stderr: {self.stderr()}')
+      if line is None:
+        pytest.fail(f'serve exited {self.proc.wait()} before {pattern!r}; '
+                    f'stdout: {self.lines}; stderr: {self.stderr()}')
+      self.lines.append(line)
+      found = re.search(pattern, line)
+      if found:
+        return found
+
+  def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> int:
+    """Sends `sig`; returns the exit code once all of stdout is read."""
+    if self.proc.poll() is None:
+      self.proc.send_signal(sig)
+    code = self.proc.wait(timeout=timeout_s)
+    while (line := self._queue.get(timeout=10)) is not None:
+      self.lines.append(line)
+    return code
+
+  def kill(self) -> None:
+    if self.proc.poll() is None:
+      self.proc.kill()
+    self.proc.wait(timeout=30)
+
+  def stderr(self) -> str:
+    return self._stderr_path.read_text()
+
+
+def unused_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(('', 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def tiny_dataset(tmp_path_factory) -> str:
+  """Two episodes (4 and 3 steps) in TFDS format: only the spec matters."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top
+
+  out = tmp_path_factory.mktemp('tiny')
+  config = tfds.rlds.rlds_base.DatasetConfig(
+      name='tiny_rlds',
+      observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
+      action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
+      reward_info=np.float32, discount_info=np.float32)
+  writer = episode_writer.EpisodeWriter(str(out), config)
+  for n in (4, 3):
+    writer.add_episode({'steps': [
+        dict(observation=np.full(3, t, np.float32),
+             action=np.zeros(2, np.float32), reward=np.float32(1.0),
+             discount=np.float32(1.0), is_first=t == 0, is_last=t == n - 1,
+             is_terminal=False) for t in range(n)]})
+  writer.close()
+  return str(out)
+
+
+def write_episode(client, num_steps: int, table: str = 'rlds') -> int:
+  """Writes one episode of 2-step items (flushed); returns the item count."""
+  observer = reverb_utils.ReverbAddTrajectoryObserver(
+      client, table, sequence_length=2, stride_length=1)
+  for t in range(num_steps):
+    first, last = t == 0, t == num_steps - 1
+    observer(trajectory.Trajectory(
+        step_type=np.int32(ts.StepType.FIRST if first else
+                           ts.StepType.LAST if last else ts.StepType.MID),
+        observation=np.full([3], t, np.float32),
+        action=np.zeros([2], np.float32), policy_info=(),
+        next_step_type=np.int32(ts.StepType.FIRST if last else
+                                ts.StepType.LAST if t == num_steps - 2 else
+                                ts.StepType.MID),
+        reward=np.float32(1.0), discount=np.float32(1.0)))
+  observer.flush()
+  observer.close()
+  return num_steps - 1
+
+
+def assert_quiet(stderr: str) -> None:
+  """No C++ log lines of Reverb or TensorFlow, no traceback."""
+  assert '[reverb/cc/' not in stderr, stderr
+  assert not re.search(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] ',
+                       stderr, re.M), stderr
+  assert 'Traceback' not in stderr, stderr
+
+
+def test_periodic_checkpoints_survive_kill_and_restart_on_same_port(
+    tiny_dataset, tmp_path):
+  checkpoint_dir = tmp_path / 'ckpt'
+  port = unused_port()
+  serve = Serve('--dataset', tiny_dataset, '--port', str(port),
+                '--checkpoint_dir', str(checkpoint_dir),
+                '--checkpoint_interval', '1', '--max_size', '1000',
+                stderr_path=tmp_path / 'first.err')
+  try:
+    address = serve.wait_for(SERVING)[1]
+    assert serve.lines[0] == "serve: table 'rlds' holds 0 items"
+    client = tables.connect(address)
+    items = write_episode(client, 6) + write_episode(client, 4)
+    assert items == 8
+    # A periodic checkpoint that holds everything: then kill -9.
+    serve.wait_for(rf'^serve: wrote checkpoint {checkpoint_dir}/\S+ '
+                   rf'\({items} items\)$', timeout_s=60)
+  finally:
+    serve.kill()
+  assert serve.proc.returncode == -signal.SIGKILL
+  stderr = serve.stderr()
+  assert_quiet(stderr)
+  # The one warning: the real listening address, on stderr.
+  warning, = [l for l in stderr.splitlines() if 'warning' in l]
+  assert warning.startswith(
+      f'serve: warning: the Reverb server listens on all interfaces '
+      f'([::]:{port}), not only on localhost: '), stderr
+  assert 'no authentication' in warning and 'docs/security.md' in warning
+
+  # At once, on the same port (its connections are in TIME_WAIT) and with
+  # other settings, which the restored table does not take.
+  serve = Serve('--dataset', tiny_dataset, '--port', str(port),
+                '--checkpoint_dir', str(checkpoint_dir), '--max_size', '50',
+                '--sampler', 'fifo', stderr_path=tmp_path / 'second.err')
+  try:
+    assert serve.wait_for(SERVING)[1] == address
+    assert serve.lines[0] == (
+        f"serve: table 'rlds' holds {items} items (restored from "
+        f'{checkpoint_dir})')
+    assert re.fullmatch(
+        rf'serve: restored checkpoint {checkpoint_dir}/\S+ \(written '
+        r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, \d+ s ago\)', serve.lines[1])
+    assert serve.lines[2] == (
+        "serve: the restored table 'rlds' keeps its checkpointed settings, "
+        'which differ from the flags: max_size 1000 (asked 50); sampler '
+        'uniform (asked fifo)')
+    client = tables.connect(address)
+    assert tables.get_table_info(client, 'rlds').current_size == items
+    # A clean stop with this client still connected...
+    assert serve.stop() == 0, serve.stderr()
+  finally:
+    serve.kill()
+  assert re.fullmatch(
+      rf"serve: stopped after \d+ s: table 'rlds' holds {items} items "
+      rf'\({items} at start\); 0 periodic checkpoints', serve.lines[-2]), (
+          serve.lines)
+  assert re.fullmatch(
+      rf'serve: wrote checkpoint {checkpoint_dir}/\S+ \({items} items\)',
+      serve.lines[-1]), serve.lines
+  assert_quiet(serve.stderr())
+
+  # ... and a restart on the same port at once; --verbosity brings the logs
+  # back.
+  serve = Serve('--dataset', tiny_dataset, '--port', str(port),
+                '--verbosity', '0', stderr_path=tmp_path / 'third.err')
+  try:
+    assert serve.wait_for(SERVING)[1] == address
+    assert serve.stop() == 0, serve.stderr()
+  finally:
+    serve.kill()
+  assert serve.lines[-1] == "serve: 0 items dropped (no --checkpoint_dir)"
+  assert '[reverb/cc/platform/default/server.cc' in serve.stderr()
+  assert 'InsecureServerWarning' in serve.stderr()
+  del client
+
+
+def test_checkpoint_interval_needs_checkpoint_dir(tiny_dataset):
+  proc = subprocess.run(
+      [sys.executable, '-m', 'pipelines.serve', '--dataset', tiny_dataset,
+       '--checkpoint_interval', '5'], cwd=REPO, env=ENV, capture_output=True,
+      text=True, timeout=START_TIMEOUT_S, check=False)
+  assert proc.returncode == 2, proc.stderr
+  assert proc.stderr.strip() == (
+      'serve: error: --checkpoint_interval needs --checkpoint_dir (where the '
+      'checkpoints go)')
