@@ -15,27 +15,22 @@ runs in the same process (`start_server`) or anywhere on the network
 (`connect`). Checkpoints are Reverb's own (`DefaultCheckpointer`): a server
 started on a checkpoint directory restores the latest checkpoint in it.
 
-Talking to a server that may be gone: a `reverb.Client` waits for an answer
-forever and deaf to Ctrl-C. `call_with_deadline` bounds any blocking client
-call and turns a dead server into one `ServerUnavailableError` naming the
-address and what was in flight; `get_table_info` and `checkpoint` use it.
-
-Security: Reverb 0.14 has no authentication and binds every interface
-([::]:port) whatever one asks; `start_server` says so with an
-`InsecureServerWarning` naming the real listening address (docs/security.md).
+Servers that may be gone, and who can reach them (`network`, whose public
+names are re-exported here): `get_table_info`, `checkpoint` and `connect`
+have deadlines, and `call_with_deadline` gives one to any other blocking
+client call, so a dead server raises one `ServerUnavailableError` line
+naming the address and what was in flight. Reverb 0.14 has no
+authentication and binds every interface ([::]:port) whatever one asks:
+`start_server` says so with an `InsecureServerWarning` that names the real
+listening address (docs/security.md).
 """
 
-import errno
-import ipaddress
 import math
 import numbers
 import os
-import socket
-import struct
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
-import warnings
+from typing import Any, Callable, List, Optional, Sequence
 
 import reverb
 from reverb import reverb_types
@@ -43,6 +38,8 @@ from reverb.platform import checkpointers_lib
 import tensorflow as tf
 import tree
 from tf_agents.specs import tensor_spec
+
+from rlds_reverb import network
 
 DEFAULT_TABLE = 'rlds'
 SAMPLERS = ('uniform', 'fifo', 'lifo', 'prioritized')
@@ -57,19 +54,23 @@ SIGNATURE_MISMATCH = (
 # At most this many differences are spelled out in a signature error.
 _MAX_LISTED_DIFFERENCES = 6
 
-# Seconds a client call on a server may take before the server counts as
-# gone: table info, pings. A checkpoint writes every item to disk, so it gets
-# longer (once the server has answered a ping within DEFAULT_TIMEOUT_S).
-DEFAULT_TIMEOUT_S = 10.0
+# Seconds a checkpoint may take: it writes every item to disk, so more than
+# the DEFAULT_TIMEOUT_S that the server has to answer the ping before it.
 DEFAULT_CHECKPOINT_TIMEOUT_S = 600.0
 
-# Where the docs say how to keep a server's port private.
-SECURITY_DOC = 'docs/security.md'
+# From `network`, so that callers of `tables` need no second module.
+DEFAULT_TIMEOUT_S = network.DEFAULT_TIMEOUT_S
+SECURITY_DOC = network.SECURITY_DOC
+ServerUnavailableError = network.ServerUnavailableError
+InsecureServerWarning = network.InsecureServerWarning
+call_with_deadline = network.call_with_deadline
+is_unavailable = network.is_unavailable
+parse_address = network.parse_address
+listening_addresses = network.listening_addresses
+is_loopback_address = network.is_loopback_address
 
-# How often a deadline wait wakes up: the longest a Ctrl-C waits for.
+# How often PeriodicCheckpointer.stop looks whether its thread is done.
 _POLL_S = 0.1
-
-_T = TypeVar('_T')
 
 
 class TableNotFoundError(KeyError, ValueError):
@@ -82,25 +83,6 @@ class TableNotFoundError(KeyError, ValueError):
 
   def __str__(self) -> str:
     return str(self.args[0]) if self.args else ''
-
-
-class ServerUnavailableError(ConnectionError):
-  """A Reverb server that does not answer: down, unreachable or hung.
-
-  Raised by `call_with_deadline` (and so by `get_table_info`, `checkpoint`
-  and `connect`) with one line that names the address and what was in
-  flight.
-  """
-
-
-class InsecureServerWarning(UserWarning):
-  """A server that anyone who reaches its port can use (no authentication).
-
-  Warned by `start_server` whenever the server listens on a non-loopback
-  address, which Reverb 0.14 always does. Silence it with
-  `warnings.simplefilter('ignore', tables.InsecureServerWarning)` once the
-  port is fenced off (docs/security.md).
-  """
 
 
 def make_table(
@@ -223,14 +205,14 @@ def start_server(
   tables = list(tables)
   if not tables:
     raise ValueError('tables must name at least one reverb.Table, got none.')
-  _check_host(host)
+  network.check_host(host)
   if port is not None:
     if (isinstance(port, bool) or not isinstance(port, numbers.Integral)
         or not 0 < port < 65536):
       raise ValueError(f'port must be an integer in [1, 65535], got {port!r}.')
     # gRPC binds with SO_REUSEPORT, so a second server on a busy port starts
     # "fine" and the two split the clients between them. Refuse instead.
-    _check_port_free(port)
+    network.check_port_free(port)
   checkpointer = None
   if checkpoint_dir:
     if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
@@ -245,7 +227,7 @@ def start_server(
       raise ValueError(
           f'cannot restore the checkpoint in {checkpoint_dir}: {e}') from e
     raise
-  _warn_if_exposed(server.port, host)
+  network.warn_if_exposed(server.port, host)
   return server
 
 
@@ -303,48 +285,6 @@ def start_table_server(
   return server
 
 
-def parse_address(address: str) -> Tuple[str, int]:
-  """Splits 'host:port' (or '[ipv6]:port') into the host and the port.
-
-  Args:
-    address: A server address, e.g. 'localhost:8000', '10.0.0.5:8000',
-      '[::1]:8000'.
-
-  Returns:
-    (host, port), the host without IPv6 brackets.
-
-  Raises:
-    ValueError: If `address` is not 'host:port': no port, a port outside
-      [1, 65535], no host, spaces, an unbracketed IPv6 address or a host that
-      is neither a host name nor an IP address; the message is one line.
-  """
-
-  def bad(reason: str) -> ValueError:
-    return ValueError(f'address must be "host:port" (e.g. localhost:8000), '
-                      f'got {address!r}: {reason}')
-
-  if not isinstance(address, str) or not address:
-    raise bad('empty')
-  if any(c.isspace() for c in address):
-    raise bad('it contains spaces')
-  host, colon, port = address.rpartition(':')
-  if not colon:
-    raise bad('no port')
-  if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-    raise bad(f'the port must be an integer in [1, 65535], not {port!r}')
-  if not host:
-    raise bad('no host')
-  if host.startswith('[') and host.endswith(']'):
-    host = host[1:-1]
-    if not _is_ip(host) or ':' not in host:
-      raise bad(f'[{host}] is not an IPv6 address')
-  elif ':' in host:
-    raise bad('an IPv6 host goes in brackets, e.g. [::1]:8000')
-  else:
-    _check_host(host, bad)
-  return host, int(port)
-
-
 def connect(address: str, *, timeout_s: float = 5.0) -> reverb.Client:
   """Connects to a Reverb server and checks that it answers.
 
@@ -371,11 +311,11 @@ def connect(address: str, *, timeout_s: float = 5.0) -> reverb.Client:
   parse_address(address)
   if not timeout_s > 0:
     raise ValueError(f'timeout_s must be > 0, got {timeout_s!r}.')
-  _check_listening(address, timeout_s)
+  network.check_listening(address, timeout_s)
   timeout = max(1, math.ceil(timeout_s))
   client = reverb.Client(address)
   try:
-    _server_info(client, timeout, 'connecting')
+    network.server_info(client, timeout, 'connecting')
   except ServerUnavailableError as e:
     if isinstance(e.__cause__, reverb.errors.DeadlineExceededError) or (
         e.__cause__ is None):
@@ -383,125 +323,15 @@ def connect(address: str, *, timeout_s: float = 5.0) -> reverb.Client:
           f'cannot reach Reverb server at {address}: no answer within '
           f'{timeout}s (is a server running there?)') from e
     raise ServerUnavailableError(
-        f'cannot reach Reverb server at {address}: {_reason(e.__cause__)}'
-    ) from e
+        f'cannot reach Reverb server at {address}: '
+        f'{network.first_line(e.__cause__)}') from e
   except Exception as e:  # pylint: disable=broad-except
     # Whatever gRPC met instead of a Reverb server (an HTTP proxy, another
     # service) surfaces as one of several exception types.
     raise ServerUnavailableError(
-        f'cannot reach Reverb server at {address}: {_reason(e)}') from e
+        f'cannot reach Reverb server at {address}: '
+        f'{network.first_line(e)}') from e
   return client
-
-
-def call_with_deadline(fn: Callable[[], _T], *, timeout_s: Optional[float],
-                       what: str, address: str) -> _T:
-  """Runs a blocking Reverb client call, waiting at most `timeout_s`.
-
-  Reverb's client calls (flush, insert, sample, checkpoint, ...) wait for a
-  dead server forever, inside C++ where Ctrl-C cannot reach them. This runs
-  `fn` on a daemon thread and waits for it in short, interruptible steps:
-
-      main thread     start ──wait 0.1 s──wait──...──┬── result / error
-      daemon thread   fn() ─────────────────────────┘   (or left behind
-                                                          when time is up)
-
-  On timeout the call is left running on its thread (Reverb offers no way to
-  cancel it) and `ServerUnavailableError` says, in one line, which server did
-  not answer and what was in flight:
-
-      Reverb server at localhost:8000 did not answer within 10s while
-      checkpointing table 'rlds' (server down?)
-
-  gRPC's UNAVAILABLE errors (a dropped connection: "Socket closed",
-  "failed to connect to all addresses", `tf.errors.UnavailableError`) and
-  Reverb's own `DeadlineExceededError` become the same error type, with the
-  original as `__cause__`; other errors pass through unchanged.
-
-  Args:
-    fn: The call, without arguments, e.g. `lambda: writer.flush()`.
-    timeout_s: Seconds to wait; None waits forever (still interruptible).
-    what: What the call does, for the message: 'checkpointing table 'rlds''.
-    address: The server's address, for the message.
-
-  Returns:
-    What `fn` returns.
-
-  Raises:
-    ValueError: If `timeout_s` is neither None nor positive.
-    ServerUnavailableError: If `fn` does not return within `timeout_s` or
-      fails because the server is unreachable.
-    KeyboardInterrupt: On Ctrl-C while waiting (the call is left behind).
-    Exception: Whatever else `fn` raises.
-  """
-  return _call_with_deadline(fn, timeout_s, what, address)
-
-
-def _call_with_deadline(fn: Callable[[], _T], timeout_s: Optional[float],
-                        what: str, address: str, grace_s: float = 0.0) -> _T:
-  """`call_with_deadline`, waiting `grace_s` longer than `timeout_s` says.
-
-  For calls with a deadline of their own (`server_info(timeout=...)`), which
-  should be the one that ends them.
-  """
-  if timeout_s is not None and not timeout_s > 0:
-    raise ValueError(f'timeout_s must be > 0 or None, got {timeout_s!r}.')
-  done = threading.Event()
-  outcome = {}
-
-  def run() -> None:
-    try:
-      outcome['value'] = fn()
-    except BaseException as e:  # pylint: disable=broad-except
-      outcome['error'] = e
-    finally:
-      done.set()
-
-  threading.Thread(target=run, name=f'reverb: {what}', daemon=True).start()
-  deadline = (None if timeout_s is None else
-              time.monotonic() + timeout_s + grace_s)
-  while not done.is_set():
-    if deadline is None:
-      done.wait(_POLL_S)
-      continue
-    left = deadline - time.monotonic()
-    if left <= 0:
-      raise ServerUnavailableError(_no_answer(address, timeout_s, what))
-    done.wait(min(_POLL_S, left))
-  error = outcome.get('error')
-  if error is None:
-    return outcome['value']
-  if isinstance(error, (reverb.errors.DeadlineExceededError,
-                        tf.errors.DeadlineExceededError)):
-    raise ServerUnavailableError(
-        _no_answer(address, timeout_s, what)) from error
-  if is_unavailable(error):
-    raise ServerUnavailableError(
-        f'Reverb server at {address} is unavailable while {what}: '
-        f'{_reason(error)} (server down?)') from error
-  raise error
-
-
-def is_unavailable(error: BaseException) -> bool:
-  """Whether `error` is gRPC's UNAVAILABLE: the server went away.
-
-  Reverb's Python client turns that status into a bare `RuntimeError` with
-  gRPC's text, so the text is what tells it apart; TensorFlow ops raise
-  `tf.errors.UnavailableError`.
-  """
-  if isinstance(error, (ServerUnavailableError, tf.errors.UnavailableError)):
-    return True
-  if type(error) is not RuntimeError:  # pylint: disable=unidiomatic-typecheck
-    return False
-  text = str(error).lower()
-  return any(phrase in text for phrase in _UNAVAILABLE_PHRASES)
-
-
-# gRPC's texts for UNAVAILABLE, as Reverb's RuntimeError carries them.
-_UNAVAILABLE_PHRASES = (
-    'socket closed', 'connections to all backends failing',
-    'failed to connect to all addresses', 'connection reset by peer',
-    'connection refused', 'broken pipe', 'transport closed', 'goaway',
-    'endpoint closing', 'unavailable', 'stream removed')
 
 
 def get_table_info(client: reverb.Client, table: str, *,
@@ -519,8 +349,8 @@ def get_table_info(client: reverb.Client, table: str, *,
     ServerUnavailableError: If the server does not answer within
       `timeout_s`.
   """
-  infos = _server_info(client, timeout_s, f'reading the info of table '
-                       f'{table!r}')
+  infos = network.server_info(client, timeout_s,
+                              f'reading the info of table {table!r}')
   if table not in infos:
     existing = ', '.join(repr(name) for name in sorted(infos)) or 'none'
     raise TableNotFoundError(
@@ -584,7 +414,8 @@ def checkpoint(client: reverb.Client, *,
   """
   ping_s = DEFAULT_TIMEOUT_S if timeout_s is None else min(
       timeout_s, DEFAULT_TIMEOUT_S)
-  names = sorted(_server_info(client, ping_s, 'starting a checkpoint'))
+  names = sorted(
+      network.server_info(client, ping_s, 'starting a checkpoint'))
   what = (f'checkpointing table {names[0]!r}' if len(names) == 1 else
           f'checkpointing tables {", ".join(map(repr, names))}')
   return call_with_deadline(client.checkpoint, timeout_s=timeout_s, what=what,
@@ -735,130 +566,6 @@ class PeriodicCheckpointer:
       self._thread.join(_POLL_S)
 
 
-def listening_addresses(port: int) -> Optional[List[str]]:
-  """The addresses where a TCP socket listens on `port` on this machine.
-
-  Read from /proc/net/tcp and /proc/net/tcp6 (Linux), so it is what the
-  kernel does, not what a program says: a Reverb server on port 8000 gives
-  ['[::]:8000'] (every interface, IPv4 too).
-
-  Returns:
-    'ip:port' strings ('[ipv6]:port' for IPv6), sorted; None where /proc is
-    not there to read.
-  """
-  found = set()
-  readable = False
-  for name, family in (('tcp', socket.AF_INET), ('tcp6', socket.AF_INET6)):
-    try:
-      with open(f'/proc/net/{name}') as f:
-        lines = f.readlines()[1:]
-    except OSError:
-      continue
-    readable = True
-    for line in lines:
-      fields = line.split()
-      if len(fields) < 4 or fields[3] != _TCP_LISTEN:
-        continue
-      address, _, hex_port = fields[1].partition(':')
-      if int(hex_port, 16) != port:
-        continue
-      # The kernel prints each 32-bit word of the address in host order.
-      packed = b''.join(struct.pack('=I', int(address[i:i + 8], 16))
-                        for i in range(0, len(address), 8))
-      ip = socket.inet_ntop(family, packed)
-      found.add(f'[{ip}]:{port}' if family == socket.AF_INET6 else
-                f'{ip}:{port}')
-  return sorted(found) if readable else None
-
-
-_TCP_LISTEN = '0A'  # The LISTEN state in /proc/net/tcp*.
-
-
-def is_loopback_address(address: str) -> bool:
-  """Whether an 'ip:port' from `listening_addresses` is loopback only."""
-  host = address.rpartition(':')[0].strip('[]')
-  ip = ipaddress.ip_address(host)
-  mapped = getattr(ip, 'ipv4_mapped', None)
-  return (mapped or ip).is_loopback
-
-
-def _warn_if_exposed(port: int, host: str) -> None:
-  """Warns if the server on `port` listens beyond loopback (it does)."""
-  addresses = listening_addresses(port)
-  if addresses is None:  # No /proc: what Reverb 0.14's C++ server binds.
-    addresses = [f'[::]:{port}']
-  exposed = [a for a in addresses if not is_loopback_address(a)]
-  if not exposed:
-    return
-  where = ('all interfaces' if any(_is_wildcard(a) for a in exposed) else
-           'non-loopback addresses')
-  asked = '' if _is_wildcard_host(host) else f', not only on {host}'
-  warnings.warn(InsecureServerWarning(
-      f'the Reverb server listens on {where} ({", ".join(exposed)}){asked}: '
-      'Reverb cannot bind a single interface and has no authentication, so '
-      f'anyone who can reach port {port} can read, insert or reset its '
-      f'tables; see {SECURITY_DOC} to restrict access'), stacklevel=3)
-
-
-def _is_wildcard(address: str) -> bool:
-  return ipaddress.ip_address(
-      address.rpartition(':')[0].strip('[]')).is_unspecified
-
-
-def _is_wildcard_host(host: str) -> bool:
-  return host.strip('[]') in ('', '0.0.0.0', '::')
-
-
-def _check_host(host: Any, bad: Optional[Callable[[str], Exception]] = None
-                ) -> None:
-  """Raises ValueError unless `host` is a host name or an IP address."""
-  if bad is None:
-    bad = lambda reason: ValueError(  # pylint: disable=g-long-lambda
-        f'host must be a host name or IP address, got {host!r}: {reason}')
-  if not isinstance(host, str) or not host:
-    raise bad('empty')
-  name = host[1:-1] if host.startswith('[') and host.endswith(']') else host
-  if _is_ip(name):
-    return
-  labels = name.rstrip('.').split('.')
-  if len(name) > 253 or not all(
-      label and len(label) <= 63 and not label.startswith('-')
-      and all(c.isalnum() or c in '-_' for c in label) and label.isascii()
-      for label in labels):
-    raise bad('not a host name or IP address')
-
-
-def _server_info(client: reverb.Client, timeout_s: Optional[float],
-                 what: str) -> dict:
-  """`client.server_info()` within `timeout_s` (Reverb's deadline too).
-
-  Tried twice if the first try meets a dropped connection: the first call on
-  a channel whose server restarted fails so, and gRPC reconnects for the
-  next one.
-  """
-  native = None if timeout_s is None else max(1, math.ceil(timeout_s))
-  call = lambda: _call_with_deadline(  # pylint: disable=g-long-lambda
-      lambda: client.server_info(timeout=native), native, what,
-      client.server_address, grace_s=1.0)
-  try:
-    return call()
-  except ServerUnavailableError as e:
-    if not is_unavailable(e.__cause__):
-      raise
-  return call()
-
-
-def _no_answer(address: str, timeout_s: Optional[float], what: str) -> str:
-  return (f'Reverb server at {address} did not answer within '
-          f'{timeout_s:g}s while {what} (server down?)')
-
-
-def _reason(error: BaseException) -> str:
-  """The first line of an error's text, or its type."""
-  text = str(error).strip()
-  return text.splitlines()[0] if text else type(error).__name__
-
-
 def spec_differences(table_spec: Any, data_spec: Any) -> List[str]:
   """Lists where two spec nests disagree in what they store.
 
@@ -918,7 +625,7 @@ def _make_selector(kind: str, alpha: float):
 
 
 def _describe_selector(options: Any) -> str:
-  """'uniform', 'prioritized(alpha=0.6)', 'heap(min)' from KeyDistributionOptions."""
+  """'uniform', 'prioritized(alpha=0.6)', 'heap(min)': a selector's options."""
   kind = options.WhichOneof('distribution')
   if kind == 'prioritized':
     return f'prioritized(alpha={options.prioritized.priority_exponent:g})'
@@ -947,56 +654,3 @@ def _check_choice(arg: str, value: Any, choices: Sequence[str]) -> None:
         f'{arg} must be one of {", ".join(map(repr, choices))}, got {value!r}.')
 
 
-def _check_listening(address: str, timeout_s: float) -> None:
-  """Raises ServerUnavailableError at once if nothing listens at a local/IP
-  address.
-
-  gRPC would retry a refused connection until the deadline. Host names other
-  than localhost are left to gRPC: resolving them here could outlast
-  `timeout_s`.
-  """
-  host, _, port = address.rpartition(':')
-  host = host.strip('[]')
-  if not port.isdigit() or not (host == 'localhost' or _is_ip(host)):
-    return
-  try:
-    socket.create_connection((host, int(port)), timeout=timeout_s).close()
-  except OSError as e:
-    reason = e.strerror or str(e) or type(e).__name__
-    raise ServerUnavailableError(
-        f'cannot reach Reverb server at {address}: {reason.lower()} (is a '
-        'server running there?)') from e
-
-
-def _is_ip(host: str) -> bool:
-  try:
-    ipaddress.ip_address(host)
-  except ValueError:
-    return False
-  return True
-
-
-def _check_port_free(port: int) -> None:
-  """Raises OSError if a socket listens on `port` (any address).
-
-  A port that only holds connections in TIME_WAIT (left by a server stopped
-  with clients connected) is free: gRPC binds with SO_REUSEADDR and reuses
-  it, and so does this probe; without it a restart would be refused for a
-  minute.
-  """
-  listening = listening_addresses(port)
-  if listening:
-    raise OSError(f'cannot start a Reverb server on port {port}: the port is '
-                  f'already in use (listening: {", ".join(listening)})')
-  # Where /proc is missing, a bind tells. gRPC listens on [::] (dual stack),
-  # which a plain IPv4 bind collides with; SO_REUSEADDR still collides with
-  # a listener (and SO_REUSEPORT, which would not, is left off).
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-      probe.bind(('', port))
-    except OSError as e:
-      if e.errno == errno.EADDRINUSE:
-        raise OSError(f'cannot start a Reverb server on port {port}: the '
-                      'port is already in use') from e
-      raise

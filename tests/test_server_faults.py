@@ -95,8 +95,8 @@ def test_a_hung_write_gets_the_deadline(killed):
 
   def flush():
     writer.append(_step())
-    writer.create_item('rlds', 1.0, tree.map_structure(lambda column: column[-1:],
-                                                       writer.history))
+    last = tree.map_structure(lambda column: column[-1:], writer.history)
+    writer.create_item('rlds', 1.0, last)
     writer.flush()
 
   error, seconds = _timed(lambda: tables.call_with_deadline(

@@ -5,7 +5,6 @@ import re
 import shutil
 import socket
 import tempfile
-import threading
 import time
 import warnings
 
@@ -469,83 +468,11 @@ class StartServerAndConnectTest(parameterized.TestCase):
   def test_connect_to_not_an_address_fails_at_once(self, address, reason):
     start = time.monotonic()
     with self.assertRaisesRegex(
-        ValueError, f'^address must be "host:port" \\(e\\.g\\. localhost:8000\\), '
+        ValueError, '^address must be "host:port" '
+        r'\(e\.g\. localhost:8000\), '
         f'got {re.escape(repr(address))}: {reason}'):
       tables.connect(address, timeout_s=5)
     self.assertLess(time.monotonic() - start, 1.0)
-
-  @parameterized.parameters(
-      ('localhost:8000', ('localhost', 8000)),
-      ('10.0.0.5:1', ('10.0.0.5', 1)),
-      ('[::1]:65535', ('::1', 65535)),
-      ('reverb-0.learners.internal:8000', ('reverb-0.learners.internal', 8000)),
-  )
-  def test_parse_address(self, address, expected):
-    self.assertEqual(tables.parse_address(address), expected)
-
-
-class DeadlineTest(parameterized.TestCase):
-  """call_with_deadline on plain blocking calls (the server faults are in
-  test_server_faults.py)."""
-
-  def test_returns_the_value(self):
-    self.assertEqual(tables.call_with_deadline(
-        lambda: 7, timeout_s=1, what='x', address='a:1'), 7)
-
-  def test_times_out_with_one_line(self):
-    release = threading.Event()
-    self.addCleanup(release.set)
-    start = time.monotonic()
-    with self.assertRaises(tables.ServerUnavailableError) as raised:
-      tables.call_with_deadline(release.wait, timeout_s=0.5,
-                                what="checkpointing table 'rlds'",
-                                address='localhost:1234')
-    self.assertBetween(time.monotonic() - start, 0.5, 3.0)
-    self.assertEqual(
-        str(raised.exception),
-        'Reverb server at localhost:1234 did not answer within 0.5s while '
-        "checkpointing table 'rlds' (server down?)")
-    self.assertIsInstance(raised.exception, ConnectionError)
-
-  @parameterized.parameters(
-      RuntimeError('Socket closed'),
-      RuntimeError('failed to connect to all addresses; last error: ...'),
-      RuntimeError('Connection reset by peer'),
-      tf.errors.UnavailableError(None, None, 'Socket closed'),
-  )
-  def test_unavailable_becomes_server_unavailable(self, error):
-    self.assertTrue(tables.is_unavailable(error))
-
-    def fail():
-      raise error
-
-    with self.assertRaisesRegex(
-        tables.ServerUnavailableError,
-        r'^Reverb server at h:1 is unavailable while writing: .+ '
-        r'\(server down\?\)$') as raised:
-      tables.call_with_deadline(fail, timeout_s=1, what='writing',
-                                address='h:1')
-    self.assertIs(raised.exception.__cause__, error)
-
-  @parameterized.parameters(
-      RuntimeError('Table rlds not found'), ValueError('Socket closed'),
-      KeyError('x'))
-  def test_other_errors_pass_through(self, error):
-    self.assertFalse(tables.is_unavailable(error))
-
-    def fail():
-      raise error
-
-    with self.assertRaises(type(error)) as raised:
-      tables.call_with_deadline(fail, timeout_s=1, what='x', address='h:1')
-    self.assertIs(raised.exception, error)
-
-  @parameterized.parameters(0, -1.0)
-  def test_bad_timeout(self, timeout_s):
-    with self.assertRaisesRegex(ValueError, 'timeout_s must be > 0 or None'):
-      tables.call_with_deadline(lambda: 1, timeout_s=timeout_s, what='x',
-                                address='h:1')
-
 
 class SecurityTest(parameterized.TestCase):
   """Reverb 0.14 binds every interface: each start says so."""
@@ -590,21 +517,6 @@ class SecurityTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, '^host must be a host name or IP'):
       tables.start_server([tables.make_table('t', _data_spec(), max_size=10)],
                           host=host)
-
-  def test_listening_addresses(self):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-      listener.bind(('127.0.0.1', 0))
-      port = listener.getsockname()[1]
-      self.assertEqual(tables.listening_addresses(port), [])  # Not yet.
-      listener.listen()
-      self.assertEqual(tables.listening_addresses(port),
-                       [f'127.0.0.1:{port}'])
-    self.assertTrue(tables.is_loopback_address('127.0.0.1:80'))
-    self.assertTrue(tables.is_loopback_address('[::1]:80'))
-    self.assertTrue(tables.is_loopback_address('[::ffff:127.0.0.1]:80'))
-    self.assertFalse(tables.is_loopback_address('[::]:80'))
-    self.assertFalse(tables.is_loopback_address('10.0.0.5:80'))
-
 
 class CheckpointsTest(parameterized.TestCase):
 
