@@ -17,15 +17,22 @@ Examples:
   python -m pipelines.push --dataset DIR --feed_table \
       --reverb_address localhost:8000
 
+  # The server died or lost items: restart it from its checkpoint, then push
+  # only the episodes its table does not hold.
+  python -m pipelines.push --dataset DIR --reverb_address localhost:8000 \
+      --resume
+
 Prints a progress bar on stderr, then one JSON line and one readable line of
 totals on stdout. Bad input ends the run with one line on stderr, exit code 1
-(2 for bad flags).
+(2 for bad flags, 130 for Ctrl-C); the JSON line is printed in every case.
 """
 
 import contextlib
 import dataclasses
 import json
 import os
+import re
+import signal
 from typing import Any, Iterator, Optional
 
 # TensorFlow's C++ start-up chatter would bury the one-line errors and the
@@ -107,6 +114,39 @@ _FEED_TABLE = flags.DEFINE_bool(
     '--priority do not apply. With --reverb_address the table must be one '
     'that pipelines.serve --feed_table made.')
 
+_SERVER_TIMEOUT_S = flags.DEFINE_float(
+    'server_timeout_s', 10.0, 'Deadline of every wait for the server '
+    '(confirming written items, table sizes): a server that dies mid-push '
+    'ends the push within about this many seconds, with one line that says '
+    'what was confirmed and what was in flight. Checkpoints get 6x this '
+    '(at least 60 s).', lower_bound=0.001)
+_CHECKPOINT_EVERY = flags.DEFINE_integer(
+    'checkpoint_every', 100, 'With a state file (--reverb_address, or '
+    '--state_file): every N episodes wait until the server confirmed all '
+    'items, check that the table holds what this push expects, have the '
+    'server write a checkpoint and record in the state file which episodes '
+    'it durably holds; 0: only at the end.', lower_bound=0)
+_STATE_FILE = flags.DEFINE_string(
+    'state_file', None, 'JSON record of which episodes the table durably '
+    'holds, for --resume. Default with --reverb_address: '
+    'push_state/<table>_<dataset>_<split>.json in the working directory; '
+    'embedded: none (needs --checkpoint_dir, where the table survives).')
+_RESUME = flags.DEFINE_bool(
+    'resume', False, 'Continue the push recorded in the state file: check '
+    'it is the same dataset, split, table and item settings, check the '
+    'table holds exactly a recorded size (restart the server from its '
+    'checkpoint first), skip the episodes it holds, push the rest.')
+_ALLOW_EVICTION = flags.DEFINE_bool(
+    'allow_eviction', False, 'Push even when the table is too small for the '
+    'data (its oldest items are evicted, and the summary counts them). '
+    'Without it such a push is refused: up front when the episodes '
+    'outnumber the free room, else before the first episode that would not '
+    'fit.')
+_ALLOW_NONFINITE = flags.DEFINE_bool(
+    'allow_nonfinite', False, 'Write episodes with NaN/inf values or '
+    'discounts outside [0, 1]. Without it the push stops at the first such '
+    'episode, before writing any of it, naming episode, step and field.')
+
 _EMBEDDED_ONLY = (_MAX_SIZE, _SAMPLER, _ALPHA, _CHECKPOINT_DIR, _SERVE)
 # What an episode table fixes: whole episodes, min-heap, written unread.
 _NOT_WITH_FEED_TABLE = (_SEQUENCE_LENGTH, _SAMPLER, _PRIORITY, _ALPHA)
@@ -134,6 +174,31 @@ class PushConfig:
   checkpoint_dir: Optional[str] = None
   serve: bool = False
   feed_table: bool = False
+  server_timeout_s: float = 10.0
+  checkpoint_every: int = 100
+  state_file: Optional[str] = None
+  resume: bool = False
+  allow_eviction: bool = False
+  allow_nonfinite: bool = False
+
+  def fingerprint(self, episodes: Optional[int]) -> dict:
+    """What a resumed push must share with the one it continues."""
+    dataset = (os.path.abspath(self.dataset) if os.path.isdir(self.dataset)
+               else self.dataset)
+    return dict(dataset=dataset, split=self.split,
+                max_episodes=self.max_episodes, episodes=episodes,
+                table=self.table, feed_table=self.feed_table,
+                sequence_length=self.sequence_length,
+                stride_length=self.stride_length, priority=self.priority,
+                zero_terminal_discount=self.zero_terminal_discount)
+
+
+def default_state_file(config: PushConfig) -> str:
+  """push_state/<table>_<dataset>_<split>.json, in the working directory."""
+  name = os.path.basename(os.path.normpath(config.dataset)) or 'dataset'
+  slug = re.sub(r'[^A-Za-z0-9._-]+', '_', f'{config.table}_{name}_'
+                f'{config.split}').strip('_')
+  return os.path.join('push_state', f'{slug}.json')
 
 
 @dataclasses.dataclass
@@ -161,6 +226,11 @@ class PushReport:
   evicted: int = 0
   checkpoint: Optional[str] = None
   error: Optional[str] = None
+  # Episodes [first_episode, confirmed_episodes) of the dataset were
+  # confirmed by the server (first_episode > 0: a resumed push).
+  first_episode: int = 0
+  confirmed_episodes: int = 0
+  state_file: Optional[str] = None
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self))
@@ -171,8 +241,11 @@ class PushReport:
             f'items in {self.seconds:.2f} s ({self.steps_per_second:.0f} '
             f'steps/s); table {self.table!r} at {self.address} holds '
             f'{self.table_size} items')
+    if self.first_episode:
+      text += f' (resumed at episode {self.first_episode})'
     if self.evicted:
-      text += f' ({self.evicted} evicted: raise --max_size to keep them)'
+      text += (f'; {self.evicted} items evicted (--allow_eviction): a bigger '
+               'table keeps them')
     if self.empty_episodes:
       text += f'; {self.empty_episodes} empty episodes held no step'
     return text
@@ -245,20 +318,74 @@ def open_table(config: PushConfig, spec: Any) -> Iterator[Target]:
     del server
 
 
+def make_ledger(config: PushConfig, target: Target,
+                dataset: tf.data.Dataset) -> push.PushLedger:
+  """The ledger of this push: state file, checkpoints, size checks.
+
+  Raises:
+    push.ResumeError: See `push.PushLedger`; with advice on the flags.
+    push.ServerUnavailableError: The server does not answer in time.
+  """
+  cardinality = int(dataset.cardinality())
+  try:
+    return push.PushLedger(
+        target.client, config.table,
+        fingerprint=config.fingerprint(cardinality if cardinality >= 0
+                                       else None),
+        state_path=config.state_file or None, resume=config.resume,
+        checkpoints=bool(config.reverb_address or config.checkpoint_dir),
+        timeout_s=config.server_timeout_s)
+  except push.ResumeError as e:
+    if config.resume:
+      raise
+    raise push.ResumeError(
+        f'{e}: finish it with --resume, or delete the file to push again '
+        'from the start (the table keeps what it holds: duplicates)') from e
+
+
+def _advice(error: BaseException, config: PushConfig,
+            ledger: Optional[push.PushLedger]) -> BaseException:
+  """The library's error with what to do about it, in flags."""
+  if isinstance(error, push.TableFullError):
+    bigger = ('push into a bigger table (pipelines.serve --max_size)'
+              if config.reverb_address else 'a bigger --max_size')
+    return push.TableFullError(f'{error}; pass --allow_eviction or {bigger}')
+  if ledger is None or not config.state_file:
+    return error
+  if isinstance(error, push.ServerUnavailableError):
+    return push.ServerUnavailableError(
+        f'{error}; {ledger.durable()}: restart the server from its '
+        'checkpoint and rerun with --resume')
+  if isinstance(error, push.ItemsLostError):
+    return push.ItemsLostError(f'{error}: rerun with --resume to push them '
+                               'again')
+  return error
+
+
 def push_dataset(dataset: tf.data.Dataset, target: Target,
                  config: PushConfig, stats: push.PushStats) -> PushReport:
   """Pushes `dataset` into the target table with a progress bar on stderr.
 
-  Checkpoints our server afterwards if `config.checkpoint_dir` is set.
-  `stats` is filled in as episodes are written; when the push fails part-way
-  the JSON summary of what was written (with an "error") is printed to
-  stdout before the error propagates.
+  A `push.PushLedger` checks the table's size at each barrier and at the
+  end; with a state file it checkpoints the server every
+  `config.checkpoint_every` episodes and records what is durable (and a
+  resumed push skips what the table holds). `stats` is filled in as
+  episodes are written; when the push fails part-way the JSON summary of
+  what was written (with an "error") is printed to stdout before the error
+  propagates.
 
   Raises:
     tf.errors.InvalidArgumentError: An invalid episode (see
       `push.push_rlds_to_table`).
+    validate.InvalidDataError: NaN/inf or a bad discount (unless
+      `config.allow_nonfinite`).
+    push.TableFullError, push.ServerUnavailableError, push.ItemsLostError,
+      push.ResumeError: See `push.push_rlds_to_table`, `push.PushLedger`.
   """
-  size_before = tables.get_table_info(target.client, config.table).current_size
+  ledger = make_ledger(config, target, dataset)
+  if ledger.first_episode:
+    dataset = dataset.skip(ledger.first_episode)
+  stats.first_episode = stats.confirmed_position = ledger.first_episode
   with tqdm.tqdm(desc=f'{_PROG} {config.table}', unit='step') as bar:
     try:
       push.push_rlds_to_table(
@@ -266,34 +393,53 @@ def push_dataset(dataset: tf.data.Dataset, target: Target,
           sequence_length=config.sequence_length,
           stride_length=config.stride_length, priority=config.priority,
           zero_terminal_discount=config.zero_terminal_discount, stats=stats,
-          progress=bar.update, num_workers=config.num_workers)
+          progress=bar.update, num_workers=config.num_workers,
+          validate=not config.allow_nonfinite,
+          allow_eviction=config.allow_eviction,
+          timeout_s=config.server_timeout_s,
+          checkpoint_every=(config.checkpoint_every if config.state_file
+                            else 0),
+          on_barrier=ledger.on_barrier, first_episode=ledger.first_episode)
     except (*cli.USER_ERRORS, KeyboardInterrupt) as e:
       bar.close()
+      error = _advice(e, config, ledger)
       with contextlib.suppress(Exception):  # Keep the push's error.
-        print(make_report(stats, target, config.table, e).to_json(),
-              flush=True)
-      raise
-  report = make_report(stats, target, config.table)
-  if target.server is not None:
-    # Other writers could change an external table meanwhile; ours is ours.
-    report.evicted = max(0, size_before + stats.items - report.table_size)
-    if config.checkpoint_dir:
-      report.checkpoint = tables.checkpoint(target.client)
+        print(make_report(stats, target, config, ledger,
+                          error if not isinstance(e, KeyboardInterrupt)
+                          else None).to_json(), flush=True)
+      if error is e:
+        raise
+      raise error from None
+  report = make_report(stats, target, config, ledger)
+  report.checkpoint = ledger.last_checkpoint
+  if report.checkpoint is None and config.checkpoint_dir:
+    report.checkpoint = tables.checkpoint(target.client)
   return report
 
 
-def make_report(stats: push.PushStats, target: Target, table: str,
+def make_report(stats: push.PushStats, target: Target, config: PushConfig,
+                ledger: Optional[push.PushLedger] = None,
                 error: Optional[BaseException] = None) -> PushReport:
-  """The report of what `stats` counted, with the table's size now."""
-  size = tables.get_table_info(target.client, table).current_size
+  """The report of what `stats` counted, with the table's size now (None
+  when the server does not answer within the deadline)."""
+  size = None
+  if not isinstance(error, push.ServerUnavailableError):  # Else no wait.
+    with contextlib.suppress(Exception):
+      size = push.table_info(target.client, config.table,
+                             config.server_timeout_s).current_size
   return PushReport(
       episodes=stats.episodes, steps=stats.steps, items=stats.items,
       terminated=stats.terminated, truncated=stats.truncated,
       seconds=round(stats.seconds, 3),
-      steps_per_second=round(stats.steps_per_second, 1), table=table,
+      steps_per_second=round(stats.steps_per_second, 1), table=config.table,
       address=target.address, table_size=size,
       empty_episodes=stats.empty_episodes,
-      error=cli.one_line(error) if error else None)
+      evicted=(ledger.evicted(stats, size)
+               if ledger is not None and size is not None else 0),
+      error=cli.one_line(error) if error else None,
+      first_episode=stats.first_episode,
+      confirmed_episodes=stats.confirmed_position,
+      state_file=config.state_file or None)
 
 
 def serve(target: Target, config: PushConfig) -> None:
@@ -325,7 +471,16 @@ def config_from_flags() -> PushConfig:
             f'--reverb_address (see pipelines.serve for its counterpart)'),
                  code=2)
   feed_table = _FEED_TABLE.value
-  return PushConfig(
+  state_file = _STATE_FILE.value
+  if not reverb_address and state_file and not _CHECKPOINT_DIR.value:
+    cli.fail(_PROG, ValueError(
+        '--state_file with the embedded server needs --checkpoint_dir: '
+        'without it the table dies with this process'), code=2)
+  if _RESUME.value and not (reverb_address or state_file):
+    cli.fail(_PROG, ValueError(
+        '--resume needs a state file: --reverb_address (default '
+        'push_state/...), or --state_file with --checkpoint_dir'), code=2)
+  config = PushConfig(
       dataset=common_flags.DATASET.value, split=common_flags.SPLIT.value,
       data_dir=common_flags.DATA_DIR.value,
       download=common_flags.DOWNLOAD.value, reverb_address=reverb_address,
@@ -345,7 +500,14 @@ def config_from_flags() -> PushConfig:
       num_workers=_NUM_WORKERS.value, max_size=_MAX_SIZE.value,
       sampler=_SAMPLER.value, alpha=_ALPHA.value,
       checkpoint_dir=_CHECKPOINT_DIR.value, serve=_SERVE.value,
-      feed_table=feed_table)
+      feed_table=feed_table, server_timeout_s=_SERVER_TIMEOUT_S.value,
+      checkpoint_every=_CHECKPOINT_EVERY.value, state_file=state_file,
+      resume=_RESUME.value, allow_eviction=_ALLOW_EVICTION.value,
+      allow_nonfinite=_ALLOW_NONFINITE.value)
+  if reverb_address and state_file is None:
+    config = dataclasses.replace(config,
+                                 state_file=default_state_file(config))
+  return config
 
 
 def main(argv: list[str]) -> None:
@@ -354,6 +516,10 @@ def main(argv: list[str]) -> None:
              code=2)
   cli.quiet_logging()
   config = config_from_flags()
+  # Ctrl-C and SIGTERM end a push with its summary (exit 130), also when
+  # the process was started in the background with SIGINT ignored.
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, signal.default_int_handler)
   stats = push.PushStats()
   try:
     dataset, spec = load_dataset(config)
@@ -366,9 +532,12 @@ def main(argv: list[str]) -> None:
       if config.serve:
         serve(target, config)
   except KeyboardInterrupt:
+    resume = (f' ({push.episode_range(0, stats.confirmed_position)} '
+              'confirmed: --resume pushes the rest)'
+              if config.state_file and stats.confirmed_position else '')
     cli.fail(_PROG, RuntimeError(
         f'interrupted after {stats.episodes} episodes, {stats.items} items '
-        'written'), code=130)
+        f'written{resume}'), code=130)
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
 

@@ -5,6 +5,10 @@ Each writer takes whole episodes of converted trajectories as numpy columns
 observer would, through Reverb's C++ trajectory writer directly (its Python
 wrapper's bookkeeping costs more than the write). `ParallelWriter` runs
 several writers on threads: the C++ writer releases the GIL, so they overlap.
+
+Every wait for the server (a flush, the end of an episode) has a deadline
+when `timeout_s` is given: a server that dies mid-push makes the writer raise
+`ServerTimeoutError` within it instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from typing import Any, Callable, List, Sequence
+import time
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import reverb
@@ -28,6 +33,30 @@ _CHUNK_LENGTH = 10
 _MAX_PENDING_ITEMS = 24
 # Episode writers (one per episode length) kept open at once.
 _MAX_OPEN_EPISODE_WRITERS = 16
+# How often a waiting main thread looks for a failed writer thread.
+_POLL_S = 0.2
+
+
+class ServerTimeoutError(TimeoutError):
+  """The server did not confirm the written items within the deadline."""
+
+
+def _wait(call: Callable[..., None], *args: Any, timeout_s: Optional[float],
+          forever: Optional[int] = -1) -> None:
+  """Runs a blocking C++ writer call (Flush, EndEpisode) with its deadline.
+
+  The deadline is in milliseconds; no deadline is -1 for Flush but None for
+  EndEpisode (which takes -1 as "do not wait" and fails at once).
+  """
+  timeout_ms = forever if timeout_s is None else max(1, int(timeout_s * 1e3))
+  try:
+    call(*args, timeout_ms)
+  except RuntimeError as e:
+    if 'Timeout exceeded' not in str(e):
+      raise
+    raise ServerTimeoutError(
+        f'the server did not confirm items within {timeout_s:g}s '
+        f'({e})') from None
 
 
 class WindowWriter:
@@ -39,7 +68,9 @@ class WindowWriter:
   """
 
   def __init__(self, client: reverb.Client, table_name: str,
-               sequence_length: int, stride_length: int, priority: float):
+               sequence_length: int, stride_length: int, priority: float,
+               timeout_s: Optional[float] = None):
+    self._timeout_s = timeout_s
     self._table = table_name
     self._length = sequence_length
     self._stride = stride_length
@@ -61,11 +92,29 @@ class WindowWriter:
     segment_start[restarts] = restarts
     return index - np.maximum.accumulate(segment_start) + 1
 
-  def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray) -> None:
+  def plan(self, step_type: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which steps of the next episode end an item, and which a segment.
+
+    Advances the item clock: episodes must then be written in the order they
+    were planned (`ParallelWriter` plans on its caller's thread, in order).
+    """
     cached = self._steps_cached(step_type)
     makes_item = ((cached >= self._length)
                   & ((cached - self._length) % self._stride == 0))
     ends_segment = step_type == _LAST
+    self._cached = 0 if ends_segment[-1] else int(cached[-1])
+    return makes_item, ends_segment
+
+  @staticmethod
+  def items_of(plan: tuple[np.ndarray, np.ndarray]) -> int:
+    return int(np.count_nonzero(plan[0]))
+
+  def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray) -> None:
+    self.write_planned(columns, self.plan(step_type))
+
+  def write_planned(self, columns: Sequence[np.ndarray],
+                    plan: tuple[np.ndarray, np.ndarray]) -> None:
+    makes_item, ends_segment = plan
     append, create_item = self._writer.Append, self._writer.CreateItem
     table, priority, window = self._table, self._priority, self._window
     squeeze = [False] * len(columns)
@@ -76,17 +125,28 @@ class WindowWriter:
         create_item(table, priority, list(zip(*window)), squeeze)
         self.items += 1
         if self.items % _MAX_PENDING_ITEMS == 0:
-          self._writer.Flush(_MAX_PENDING_ITEMS, -1)
+          _wait(self._writer.Flush, _MAX_PENDING_ITEMS,
+                timeout_s=self._timeout_s)
       if end:
-        self._writer.EndEpisode(True, None)
+        # Ends Reverb's episode and waits until its items are confirmed.
+        _wait(self._writer.EndEpisode, True, timeout_s=self._timeout_s,
+              forever=None)
         window.clear()
-    self._cached = 0 if ends_segment[-1] else int(cached[-1])
 
-  def close(self) -> None:
+  def flush(self) -> None:
+    """Waits until the server confirmed every item written so far."""
     if self._writer is not None:
-      self._writer.Flush(0, -1)
-      self._writer.Close()
-      self._writer = None
+      _wait(self._writer.Flush, 0, timeout_s=self._timeout_s)
+
+  def close(self, abort: bool = False) -> None:
+    """Flushes (unless `abort`: what is unconfirmed may be lost) and closes."""
+    if self._writer is not None:
+      try:
+        if not abort:
+          self.flush()
+      finally:
+        self._writer.Close()
+        self._writer = None
 
 
 class EpisodeWriter:
@@ -101,9 +161,11 @@ class EpisodeWriter:
   """
 
   def __init__(self, client: reverb.Client, table_name: str, priority: float,
-               priority_fn: Callable[[int], float] | None = None):
+               priority_fn: Callable[[int], float] | None = None,
+               timeout_s: Optional[float] = None):
     """`priority_fn(steps)`, if given, sets each item's priority from its
     length instead (HER: transitions per episode, for uniform transitions)."""
+    self._timeout_s = timeout_s
     self._client = client
     self._table = table_name
     self._priority = float(priority)
@@ -117,12 +179,27 @@ class EpisodeWriter:
     if writer is None:
       if len(self._writers) >= _MAX_OPEN_EPISODE_WRITERS:
         _, oldest = self._writers.popitem(last=False)
-        oldest.Flush(0, -1)
-        oldest.Close()
+        try:
+          _wait(oldest.Flush, 0, timeout_s=self._timeout_s)
+        finally:
+          oldest.Close()
       writer = self._client._client.NewTrajectoryWriter(  # pylint: disable=protected-access
           pybind.ConstantChunkerOptions(1, 1), False)
     self._writers[length] = writer  # Most recently used last.
     return writer
+
+  @staticmethod
+  def plan(step_type: np.ndarray) -> np.ndarray:
+    """The next episode's step types (one item per segment: no state)."""
+    return step_type
+
+  @staticmethod
+  def items_of(plan: np.ndarray) -> int:
+    return int(np.count_nonzero(plan == _LAST))
+
+  def write_planned(self, columns: Sequence[np.ndarray],
+                    plan: np.ndarray) -> None:
+    self.write(columns, plan)
 
   def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray) -> None:
     ends = np.flatnonzero(step_type == _LAST) + 1
@@ -140,16 +217,32 @@ class EpisodeWriter:
                         [True] * len(refs))
       self.items += 1
       if self.items % _MAX_PENDING_ITEMS == 0:
-        writer.Flush(_MAX_PENDING_ITEMS, -1)
+        _wait(writer.Flush, _MAX_PENDING_ITEMS, timeout_s=self._timeout_s)
       start = end
     if start < len(step_type):
       self._pending.append([c[start:] for c in columns])
 
-  def close(self) -> None:
+  def flush(self) -> None:
+    """Waits until the server confirmed every item written so far."""
     for writer in self._writers.values():
-      writer.Flush(0, -1)
-      writer.Close()
-    self._writers.clear()
+      _wait(writer.Flush, 0, timeout_s=self._timeout_s)
+
+  def close(self, abort: bool = False) -> None:
+    """Flushes (unless `abort`: what is unconfirmed may be lost) and closes."""
+    try:
+      if not abort:
+        self.flush()
+    finally:
+      for writer in self._writers.values():
+        writer.Close()
+      self._writers.clear()
+
+
+class Planned(NamedTuple):
+  """An episode assigned to a writer, and the items it will create there."""
+  writer: int
+  plan: Any
+  items: int
 
 
 class ParallelWriter:
@@ -159,53 +252,149 @@ class ParallelWriter:
   order, exactly as with a single writer; only the order *between* segments
   in the table changes. An episode that does not end its segment goes to the
   same writer as the episode that continues it.
+
+  The caller's thread never waits on the server without a bound: it waits
+  for room in a worker's queue or for a `flush`, and gives up with the
+  workers' error once one failed (each server wait of a worker has the
+  writers' deadline). `close(abort=True)` returns within about
+  `join_timeout_s` whatever the workers are doing.
   """
 
-  def __init__(self, make_writer: Callable[[], Any], num_workers: int):
+  def __init__(self, make_writer: Callable[[], Any], num_workers: int,
+               join_timeout_s: Optional[float] = None):
     self._writers = [make_writer() for _ in range(num_workers)]
     # Two episodes in flight per worker keep them busy while bounding memory.
     self._queues = [queue.Queue(maxsize=2) for _ in range(num_workers)]
     self._errors: List[BaseException] = []
+    self._abort = threading.Event()
+    self._join_timeout_s = join_timeout_s
     self._threads = [
         threading.Thread(target=self._run, args=(w, q), daemon=True)
         for w, q in zip(self._writers, self._queues)]
     for thread in self._threads:
       thread.start()
     self._next = 0
-    self._continues_segment = False
 
-  def _run(self, writer: Any, episodes: queue.Queue) -> None:
+  def _run(self, writer: Any, work_queue: queue.Queue) -> None:
     while True:
-      work = episodes.get()
+      work = work_queue.get()
       if work is None:
         return
-      if self._errors:
+      if isinstance(work, threading.Event):  # A flush: confirm, then signal.
+        try:
+          if not (self._errors or self._abort.is_set()):
+            writer.flush()
+        except BaseException as e:  # pylint: disable=broad-except
+          self._errors.append(e)
+        finally:
+          work.set()
+        continue
+      if self._errors or self._abort.is_set():
         continue  # Drain without writing once a sibling failed.
       try:
-        writer.write(*work)
+        writer.write_planned(*work)
       except BaseException as e:  # pylint: disable=broad-except
         self._errors.append(e)
 
   @property
   def items(self) -> int:
+    """Items created so far (handed to Reverb; not all confirmed yet)."""
     return sum(writer.items for writer in self._writers)
 
-  def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray) -> None:
+  def _raise_if_failed(self) -> None:
     if self._errors:
       raise self._errors[0]
-    self._queues[self._next].put((columns, step_type))
-    self._continues_segment = step_type[-1] != _LAST
-    if not self._continues_segment:
-      self._next = (self._next + 1) % len(self._queues)
 
-  def close(self) -> None:
+  def _put(self, work_queue: queue.Queue, work: Any) -> None:
+    while True:
+      self._raise_if_failed()
+      try:
+        work_queue.put(work, timeout=_POLL_S)
+        return
+      except queue.Full:
+        continue
+
+  def plan(self, step_type: np.ndarray) -> Planned:
+    """Assigns the next episode to a writer and counts its items there.
+
+    Episodes must be planned and then written in the same order.
+    """
+    writer = self._writers[self._next]
+    plan = writer.plan(step_type)
+    planned = Planned(self._next, plan, writer.items_of(plan))
+    if step_type[-1] == _LAST:  # Else the next episode continues this one.
+      self._next = (self._next + 1) % len(self._writers)
+    return planned
+
+  def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray,
+            planned: Optional[Planned] = None) -> None:
+    """Queues an episode (planned with `plan`, or planned here)."""
+    if planned is None:
+      planned = self.plan(step_type)
+    self._put(self._queues[planned.writer], (columns, planned.plan))
+
+  def flush(self) -> None:
+    """Waits until every item written so far is confirmed by the server.
+
+    Raises:
+      The first error of a worker (e.g. `ServerTimeoutError`).
+    """
+    events = [threading.Event() for _ in self._queues]
+    for work_queue, event in zip(self._queues, events):
+      self._put(work_queue, event)
+    for event in events:
+      while not event.wait(_POLL_S):
+        self._raise_if_failed()
+    self._raise_if_failed()
+
+  def close(self, abort: bool = False) -> None:
+    """Writes what is queued, flushes and closes; re-raises a worker's error.
+
+    With `abort`, queued episodes are dropped, nothing is flushed (what was
+    not confirmed may be lost) and no error is raised. Waits at most `join_timeout_s` per worker
+    then (a worker stuck in a server call past it is left behind, with its
+    writer).
+    """
     if self._threads:
-      for episodes in self._queues:
-        episodes.put(None)
+      if abort:
+        self._abort.set()
+        for work_queue in self._queues:
+          _drain(work_queue)
+      for work_queue in self._queues:
+        # A failed worker drains its queue, an aborted one was drained: the
+        # stop always finds room, at worst after a worker's server wait.
+        while True:
+          if abort:
+            _drain(work_queue)
+          try:
+            work_queue.put(None, timeout=_POLL_S)
+            break
+          except queue.Full:
+            continue
+      deadline = (None if not abort or self._join_timeout_s is None else
+                  time.monotonic() + self._join_timeout_s)
       for thread in self._threads:
-        thread.join()
+        while thread.is_alive():
+          thread.join(_POLL_S)
+          if deadline is not None and time.monotonic() > deadline:
+            break
+      stopped = [not thread.is_alive() for thread in self._threads]
       self._threads = []
-      for writer in self._writers:
-        writer.close()
-    if self._errors:
-      raise self._errors[0]
+      for writer, done in zip(self._writers, stopped):
+        if done:  # Never close a writer that a live thread is using.
+          try:
+            writer.close(abort=abort or bool(self._errors))
+          except BaseException as e:  # pylint: disable=broad-except
+            self._errors.append(e)
+    if not abort:  # An abort has its reason already; it raises no other.
+      self._raise_if_failed()
+
+
+def _drain(work_queue: queue.Queue) -> None:
+  while True:
+    try:
+      work = work_queue.get_nowait()
+    except queue.Empty:
+      return
+    if isinstance(work, threading.Event):
+      work.set()

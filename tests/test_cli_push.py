@@ -23,16 +23,31 @@ import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+# The pipelines run in a scratch directory (pushes into a served table write
+# their state file under ./push_state), importable from the repository.
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
+           PYTHONPATH=os.pathsep.join(
+               [str(REPO), *filter(None, [os.environ.get('PYTHONPATH')])]))
 TIMEOUT_S = 180
+_WORKDIR: List[pathlib.Path] = []
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _workdir(tmp_path_factory):
+  _WORKDIR[:] = [tmp_path_factory.mktemp('cwd')]
+  yield
+
+
+def _cwd() -> pathlib.Path:
+  return _WORKDIR[0] if _WORKDIR else REPO
 
 EPISODES, EPISODE_STEPS = 3, 20
 
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess:
   return subprocess.run(
-      [sys.executable, '-m', f'pipelines.{module}', *args], cwd=REPO, env=ENV,
-      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+      [sys.executable, '-m', f'pipelines.{module}', *args], cwd=_cwd(),
+      env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
 def _summary(stdout: str) -> dict:
@@ -66,7 +81,7 @@ class _Background:
     self._stderr_path = stderr_path
     with open(stderr_path, 'w') as stderr:  # A file: a pipe could fill up.
       self.proc = subprocess.Popen(
-          [sys.executable, '-m', f'pipelines.{module}', *args], cwd=REPO,
+          [sys.executable, '-m', f'pipelines.{module}', *args], cwd=_cwd(),
           env=ENV, stdout=subprocess.PIPE, stderr=stderr, text=True)
     self.lines: List[str] = []
     self._queue: 'queue.Queue[Optional[str]]' = queue.Queue()
@@ -356,7 +371,7 @@ def test_feed_table_serve_push_and_train_from_memory(dataset, tmp_path):
         [sys.executable, '-m', 'pipelines.train', '--agent', 'bc',
          '--reverb_address', address, '--steps', '20', '--eval_interval',
          '20', '--eval_episodes', '1', '--batch_size', '8', '--root_dir',
-         str(tmp_path / 'run')], cwd=REPO, env=ENV, capture_output=True,
+         str(tmp_path / 'run')], cwd=_cwd(), env=ENV, capture_output=True,
         text=True, timeout=TIMEOUT_S, check=False)
     assert train.returncode == 0, train.stderr[-3000:]
     result = json.loads(train.stdout.strip().splitlines()[-1])

@@ -7,10 +7,14 @@ import pytest
 import rlds
 import tensorflow as tf
 
+from rlds_reverb import push
 from rlds_reverb import recording
 from rlds_reverb import tables
+from rlds_reverb import validate
 from rlds_reverb.learners import offline_data
+from rlds_reverb.replay import episode_table
 from conftest import _rlds  # pylint: disable=g-bad-import-order
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 
 ENV_ID = 'HalfCheetah-v5'
 EPISODES, LIMIT = 3, 30
@@ -88,8 +92,46 @@ def test_a_full_table_fails_instead_of_evicting(specs, dataset_dir):
   spec = offline_data.convert.create_trajectory_data_spec(rlds_data)
   server = tables.start_server([tables.make_table('rlds', spec, max_size=10)])
   try:
-    with pytest.raises(RuntimeError, match='evicted data'):
+    # Refused before the first episode that would not fit: nothing written.
+    with pytest.raises(push.TableFullError, match='this push would evict'):
       offline_data.push_to_new_table(rlds_data, server.localhost_client(),
                                      f'localhost:{server.port}', 'rlds')
+    assert tables.get_table_info(server.localhost_client(),
+                                 'rlds').current_size == 0
+  finally:
+    server.stop()
+
+
+def _with_value(field, episode, step, value):
+  episodes = [fx.complete_episode(4, seed=i) for i in range(3)]
+  episodes[episode][field] = episodes[episode][field].copy()
+  episodes[episode][field][step] = value
+  return fx.make_rlds(episodes)
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('observation', np.nan, r'^episode 2, step 1: observation\[0\] is nan;'),
+    ('discount', 7.0, r'^episode 2, step 1: discount is 7.0, not in \[0, 1\];'),
+])
+def test_the_memory_feed_refuses_nonfinite_data(field, value, message):
+  """What pipelines.train --dataset pushes and then reads into memory."""
+  rlds_data = _with_value(field, 2, 1, value)
+  spec = offline_data.convert.create_trajectory_data_spec(rlds_data)
+  server = tables.start_server([
+      episode_table.make_table('episodes', spec, max_episodes=100)])
+  client = server.localhost_client()
+  try:
+    with pytest.raises(validate.InvalidDataError, match=message):
+      offline_data.push_episodes(rlds_data, client, 'episodes')
+    assert tables.get_table_info(client, 'episodes').current_size == 2
+    # A table filled without the check is refused when it is read.
+    client.reset('episodes')
+    push.push_rlds_to_table(rlds_data, client, 'episodes',
+                            sequence_length=None,
+                            priority=episode_table.UNREAD, validate=False)
+    with pytest.raises(validate.InvalidDataError,
+                       match=r"^table 'episodes' episode \d \(item key \d+\), "
+                       r'step 1: ' + field):
+      offline_data.load_memory(client, 'episodes', spec)
   finally:
     server.stop()

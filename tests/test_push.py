@@ -6,7 +6,11 @@ TF-Agents' `push_rlds_to_reverb` + `ReverbAddTrajectoryObserver` /
 `ReverbAddEpisodeObserver` write for the same data.
 """
 
+import json
+import os
 import re
+import tempfile
+import time
 from typing import Any, List
 
 from absl.testing import absltest
@@ -23,6 +27,7 @@ import tree
 
 import rlds_reverb
 from rlds_reverb import push
+from rlds_reverb import validate
 
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 
@@ -46,6 +51,7 @@ INFO_SPEC = {'log_prob': tf.TensorSpec([], tf.float32)}
 
 QUEUES = ('ours', 'theirs')
 _MAX_SIZE = 10_000
+_SMALL = 10  # max_size of table 'small'.
 
 
 _TF_AGENTS_TRAJECTORIES = []
@@ -82,6 +88,10 @@ def _tables() -> List[reverb.Table]:
       reverb.Table(
           'uniform', sampler=reverb.selectors.Uniform(),
           remover=reverb.selectors.Fifo(), max_size=_MAX_SIZE,
+          rate_limiter=reverb.rate_limiters.MinSize(1), signature=SIGNATURE),
+      reverb.Table(
+          'small', sampler=reverb.selectors.Uniform(),
+          remover=reverb.selectors.Fifo(), max_size=_SMALL,
           rate_limiter=reverb.rate_limiters.MinSize(1), signature=SIGNATURE),
       reverb.Table.queue('mismatch', _MAX_SIZE, signature=tensor_spec
                          .add_outer_dim(mismatch_spec)),
@@ -514,6 +524,229 @@ class StatsTest(_ServerTestCase):
     self.assertEqual(count, 0)
     self.assertEqual((stats.episodes, stats.steps, stats.items), (0, 0, 0))
     self.assertEqual(self.size('ours'), 0)
+
+
+def _bad_episodes(field, step, value):
+  """Three episodes of 3, 4, 3 steps; episode 1 has `value` at `step`."""
+  episodes = [c(3, seed=1), c(4, seed=2), c(3, seed=3)]
+  episodes[1][field] = episodes[1][field].copy()
+  episodes[1][field][step] = value
+  return episodes
+
+
+class ValidationTest(_ServerTestCase):
+
+  @parameterized.named_parameters(
+      ('nan_observation', rlds.OBSERVATION, 2, np.nan,
+       'episode 1, step 2: observation[0] is nan'),
+      ('inf_action', rlds.ACTION, 1, np.inf,
+       'episode 1, step 1: action[0] is inf'),
+      ('inf_reward', rlds.REWARD, 0, -np.inf,
+       'episode 1, step 0: reward is -inf'),
+      ('discount_7', rlds.DISCOUNT, 1, 7.0,
+       'episode 1, step 1: discount is 7.0, not in [0, 1]'),
+  )
+  def test_bad_values_are_refused_before_the_episode(self, field, step,
+                                                     value, message):
+    stats = push.PushStats()
+    with self.assertRaises(validate.InvalidDataError) as error:
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(_bad_episodes(field, step, value)), self.client,
+          'ours', stats=stats, num_workers=2)
+    self.assertEqual(str(error.exception), f"{message}; 2 items were already "
+                     "written to table 'ours', none from this episode")
+    self.assertIsInstance(error.exception, ValueError)
+    # Episode 0's 2 pairs, nothing of episode 1.
+    self.assertEqual(self.size('ours'), 2)
+    self.assertEqual((stats.episodes, stats.items), (1, 2))
+
+  def test_opt_out_writes_everything(self):
+    count = rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(_bad_episodes(rlds.REWARD, 1, np.nan)), self.client,
+        'ours', validate=False)
+    self.assertEqual((count, self.size('ours')), (10, 7))
+
+  def test_resumed_push_names_the_episode_in_the_whole_dataset(self):
+    with self.assertRaisesRegex(validate.InvalidDataError,
+                                '^episode 11, step 2: observation'):
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(_bad_episodes(rlds.OBSERVATION, 2, np.nan)),
+          self.client, 'ours', first_episode=10)
+    bad = fx.make_rlds([c(3, seed=1), fx.without_last(c(5, seed=3)),
+                        c(3, seed=4)])
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r'\(episode 11, step 4\)'):
+      rlds_reverb.push_rlds_to_table(bad, self.client, 'ours',
+                                     first_episode=10)
+
+
+class EvictionTest(_ServerTestCase):
+
+  def test_refused_up_front_when_episodes_outnumber_the_room(self):
+    episodes = fx.episodes_with_lengths([3] * (_SMALL + 1), [True] * 11)
+    with self.assertRaises(push.TableFullError) as error:
+      rlds_reverb.push_rlds_to_table(fx.make_rlds(episodes), self.client,
+                                     'small', allow_eviction=False)
+    self.assertRegex(str(error.exception),
+                     r"^table 'small' at localhost:\d+ holds at most 10 "
+                     r'items and has 0; this push would evict: its 11 '
+                     r'episodes make one item or more each, and 10 fit$')
+    self.assertEqual(self.size('small'), 0)
+
+  @parameterized.named_parameters(('one_worker', 1), ('two_workers', 2))
+  def test_refused_at_the_first_episode_that_does_not_fit(self, workers):
+    # 4 pairs per episode: episodes 0-1 fit (8 items), episode 2 does not.
+    episodes = fx.episodes_with_lengths([5, 5, 5], [True] * 3)
+    stats = push.PushStats()
+    with self.assertRaises(push.TableFullError) as error:
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(episodes), self.client, 'small', stats=stats,
+          allow_eviction=False, num_workers=workers)
+    self.assertRegex(str(error.exception),
+                     r"^table 'small' at localhost:\d+ holds at most 10 more "
+                     r'items; this push would evict: 8 items written so far '
+                     r'\(episodes 0-1\), episode 2 makes 4 more$')
+    self.assertEqual((self.size('small'), stats.items), (8, 8))
+    # Allowed (the default), the oldest items make room.
+    self.client.reset('small')
+    rlds_reverb.push_rlds_to_table(fx.make_rlds(episodes), self.client,
+                                   'small')
+    self.assertEqual(self.size('small'), _SMALL)
+
+  def test_whole_episodes_count_one_item_each(self):
+    episodes = fx.episodes_with_lengths([2] * 12, [True] * 12)
+    rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(episodes[:9]), self.client, 'small',
+        sequence_length=None, allow_eviction=False)
+    with self.assertRaisesRegex(push.TableFullError, 'holds at most 10 items '
+                                'and has 9;.* its 2 episodes make one item '
+                                'each, and 1 fit'):
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(episodes[:2]), self.client, 'small',
+          sequence_length=None, allow_eviction=False)
+
+
+def _fingerprint(**changes):
+  return {'dataset': 'test', 'table': 'ours', 'sequence_length': 2,
+          **changes}
+
+
+class DurabilityTest(_ServerTestCase):
+  """Barriers, the ledger's size checks and state file, resume, deadlines."""
+
+  def setUp(self):
+    super().setUp()
+    self.state_path = os.path.join(tempfile.mkdtemp(), 'state.json')
+    self.episodes = fx.episodes_with_lengths([4] * 10, [True] * 10, seed=7)
+
+  def ledger(self, table='ours', **kwargs):
+    kwargs.setdefault('fingerprint', _fingerprint())
+    return push.PushLedger(self.client, table, state_path=self.state_path,
+                           checkpoints=False, timeout_s=5, **kwargs)
+
+  def test_barriers_record_points_and_resume_skips_what_the_table_holds(
+      self):
+    ledger = self.ledger()
+    calls = []
+
+    def stop_after_two_barriers(stats, reason):
+      ledger.on_barrier(stats, reason)
+      calls.append(reason)
+      if calls == ['every', 'every']:
+        raise KeyboardInterrupt
+
+    with self.assertRaises(KeyboardInterrupt):
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(self.episodes), self.client, 'ours',
+          checkpoint_every=3, on_barrier=stop_after_two_barriers,
+          num_workers=2)
+    self.assertEqual(calls, ['every', 'every', 'stopped'])
+    with open(self.state_path) as f:
+      state = json.load(f)
+    self.assertFalse(state['complete'])
+    self.assertEqual([(p['episodes'], p['items'], p['table_size'],
+                       p['reason']) for p in state['points']],
+                     [(0, 0, 0, 'start'), (3, 9, 9, 'every'),
+                      (6, 18, 18, 'every'), (6, 18, 18, 'stopped')])
+    # A fresh push would duplicate: refused.
+    with self.assertRaisesRegex(push.ResumeError, 'unfinished push'):
+      self.ledger()
+    with self.assertRaisesRegex(push.ResumeError,
+                                'records another push: sequence_length: '
+                                'recorded 2, now 3'):
+      self.ledger(resume=True, fingerprint=_fingerprint(sequence_length=3))
+    resumed = self.ledger(resume=True)
+    self.assertEqual(resumed.first_episode, 6)
+    rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(self.episodes).skip(6), self.client, 'ours',
+        on_barrier=resumed.on_barrier, first_episode=6)
+    self.assertEqual(self.size('ours'), 30)  # Every pair once.
+    self.assertTrue(resumed.complete)
+    keys = sorted(s.data.observation.tobytes() for s in self.drain('ours'))
+    self.assertLen(set(keys), 30)
+
+  def test_a_table_that_matches_no_point_is_refused(self):
+    ledger = self.ledger()
+    rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(self.episodes[:4]), self.client, 'ours',
+        checkpoint_every=2, on_barrier=ledger.on_barrier)
+    with open(self.state_path) as f:
+      state = json.load(f)
+    state['complete'] = False
+    state['points'] = state['points'][:2]  # Sizes 0 and 6; the table has 12.
+    with open(self.state_path, 'w') as f:
+      json.dump(state, f)
+    with self.assertRaisesRegex(
+        push.ResumeError, r"table 'ours' at localhost:\d+ holds 12 items, "
+        r'which matches no point that .*state.json recorded \(0 items '
+        r'\(no episode, not checkpointed\); 6 items \(episodes 0-1, not '
+        r'checkpointed\)\): restore the server from its latest checkpoint'):
+      self.ledger(resume=True)
+
+  def test_lost_items_are_detected_at_the_next_barrier(self):
+    # Sampling removes nothing from 'uniform' (a queue is not checked).
+    ledger = self.ledger('uniform')
+
+    def lose_items(stats, reason):
+      ledger.on_barrier(stats, reason)
+      if stats.confirmed_position == 4:  # As a restart with no checkpoint.
+        self.client.reset('uniform')
+
+    with self.assertRaises(push.ItemsLostError) as error:
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(self.episodes), self.client, 'uniform',
+          checkpoint_every=2, on_barrier=lose_items)
+    self.assertRegex(str(error.exception),
+                     r"^table 'uniform' at localhost:\d+ holds 6 items where "
+                     r'this push confirmed 18: the server lost 12 items '
+                     r'\(restarted\?\), so episodes 0-5 are not all in '
+                     r'it; no episode of this push is in a server checkpoint '
+                     r'yet$')
+
+  def test_a_dead_server_ends_the_push_within_the_deadline(self):
+    server = reverb.Server([reverb.Table.queue('q', 1000,
+                                               signature=SIGNATURE)])
+    client = reverb.Client(f'localhost:{server.port}')
+
+    def stop_server(stats, reason):
+      del reason
+      if stats.confirmed_position == 2:
+        server.stop()
+
+    start = time.monotonic()
+    stats = push.PushStats()
+    with self.assertRaises(push.ServerUnavailableError) as error:
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(self.episodes), client, 'q', timeout_s=1,
+          checkpoint_every=1, on_barrier=stop_server, num_workers=2,
+          stats=stats)
+    self.assertLess(time.monotonic() - start, 20)
+    self.assertRegex(
+        str(error.exception),
+        rf'^Reverb server at localhost:{server.port} did not confirm items '
+        r'within 1s \(server down\?\): 6 items of episodes 0-1 confirmed, '
+        r'\d+ items of episodes? 2(-\d+)? in flight$')
+    self.assertEqual((stats.confirmed_position, stats.confirmed_items), (2, 6))
 
 
 if __name__ == '__main__':

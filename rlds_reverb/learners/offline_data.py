@@ -6,6 +6,9 @@ a table big enough for all of it: whole episodes for the in-memory feed
 (`push_episodes`, read back by `rlds_reverb.replay`), 2-step items for the
 streaming feed (`push_to_new_table`, read with `sampling.transition_dataset`).
 Nothing is dropped: a push that would not fit fails instead of evicting.
+Nothing unusable is trained on: the pushes and `load_memory` refuse NaN/inf
+values and discounts outside [0, 1] (`rlds_reverb.validate`), naming the
+episode, step and field.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from rlds_reverb import convert
 from rlds_reverb import push
 from rlds_reverb import sampling
 from rlds_reverb import tables
+from rlds_reverb import validate as validate_lib
 from rlds_reverb.acting import envs
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import memory as memory_lib
@@ -107,7 +111,10 @@ def push_to_new_table(rlds_data: tf.data.Dataset, client: reverb.Client,
   """Pushes all of `rlds_data` (2-step items, terminal fix on) into `table`.
 
   Raises:
-    RuntimeError: the table evicted items (it was too small for the data).
+    push.TableFullError: the table is too small for the data (refused
+      before the first episode that would not fit).
+    RuntimeError: the table evicted items anyway (another writer).
+    validate.InvalidDataError: NaN/inf or a discount outside [0, 1].
   """
   stats, size = _push_all(rlds_data, client, table, 'items', progress,
                           sequence_length=2)
@@ -237,7 +244,10 @@ def push_episodes(rlds_data: tf.data.Dataset, client: reverb.Client,
   an episode table, unread, for `load_memory`.
 
   Raises:
-    RuntimeError: the table evicted episodes (it was too small for the data).
+    push.TableFullError: the table is too small for the data (refused
+      before the first episode that would not fit).
+    RuntimeError: the table evicted episodes anyway (another writer).
+    validate.InvalidDataError: NaN/inf or a discount outside [0, 1].
   """
   stats, _ = _push_all(rlds_data, client, table, 'episodes', progress,
                        sequence_length=None, priority=episode_table.UNREAD)
@@ -253,7 +263,8 @@ def _push_all(rlds_data: tf.data.Dataset, client: reverb.Client, table: str,
   size_before = tables.get_table_info(client, table).current_size
   push.push_rlds_to_table(rlds_data, client, table,
                           zero_terminal_discount=True, stats=stats,
-                          progress=progress, num_workers=2, **push_kwargs)
+                          progress=progress, num_workers=2,
+                          allow_eviction=False, **push_kwargs)
   size = tables.get_table_info(client, table).current_size
   if size != size_before + stats.items:
     raise RuntimeError(
@@ -263,15 +274,25 @@ def _push_all(rlds_data: tf.data.Dataset, client: reverb.Client, table: str,
 
 
 def load_memory(client: reverb.Client, table: str, data_spec: Any, *,
-                progress=None, **memory_kwargs: Any
+                progress=None, validate: bool = True, **memory_kwargs: Any
                 ) -> memory_lib.TransitionMemory:
   """Reads every episode of an episode table once into a new memory.
 
-  Floating fields are stored as float32 (what the agents train on).
+  Floating fields are stored as float32 (what the agents train on). With
+  `validate`, each episode is checked as a push checks it (a table that
+  someone filled without the check may hold NaN/inf).
+
+  Raises:
+    validate.InvalidDataError: An episode with a non-finite value or a
+      discount outside [0, 1], named by its read order and key.
   """
   reader = episode_table.EpisodeReader(client, table)
   episodes, keys = [], []
   for episode in reader.iter_all():
+    if validate:
+      validate_lib.check_episode(
+          episode.data, f'table {table!r} episode {len(episodes)} (item key '
+          f'{episode.key})')
     episodes.append(tree.map_structure(
         lambda x: x.astype(np.float32) if x.dtype.kind == 'f' else x,
         episode.data))
