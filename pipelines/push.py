@@ -87,7 +87,8 @@ _ZERO_TERMINAL_DISCOUNT = flags.DEFINE_bool(
     '--nozero_terminal_discount: learners train on that table as it is.')
 _MAX_SIZE = flags.DEFINE_integer(
     'max_size', DEFAULT_MAX_SIZE, 'Embedded server only: most items the table '
-    'holds; beyond it the oldest are evicted (and the summary says how many).',
+    'holds. A push that would exceed it is refused unless --allow_eviction '
+    '(then the oldest are evicted, and the summary says how many).',
     lower_bound=1)
 _SAMPLER = flags.DEFINE_enum(
     'sampler', 'uniform', list(tables.SAMPLERS), 'Embedded server only: how '

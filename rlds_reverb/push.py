@@ -410,12 +410,14 @@ def push_rlds_to_table(
               f'items within {timeout_s:g}s (server down?)'
               if isinstance(error, writers.ServerTimeoutError) else
               str(error))
+    in_flight = (
+        f'{stats.items - stats.confirmed_items} items of '
+        f'{episode_range(stats.confirmed_position, stats.position)} in flight'
+        if stats.position > stats.confirmed_position else 'nothing in flight')
     return ServerUnavailableError(
         f'{reason}: {stats.confirmed_items} items of '
         f'{episode_range(first_episode, stats.confirmed_position)} '
-        f'confirmed, {stats.items - stats.confirmed_items} items of '
-        f'{episode_range(stats.confirmed_position, stats.position)} in '
-        'flight')
+        f'confirmed, {in_flight}')
 
   iterator = episodes.as_numpy_iterator()
   try:
