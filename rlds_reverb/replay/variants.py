@@ -73,6 +73,9 @@ class UniformReplay:
     self.memory: Optional[memory_lib.TransitionMemory] = None
     self._feed = None
     self._follower: Optional[follow.TableFollower] = None
+    # Transitions moved into the memory since made (`start` and `poll`):
+    # a learner fed by remote actors counts its env steps with it.
+    self.transitions_read = 0
 
   # -- the store
   def tables(self) -> list[reverb.Table]:
@@ -135,6 +138,7 @@ class UniformReplay:
     return self.memory is not None and int(self.memory.num_transitions) > 0
 
   def _on_added(self, added: memory_lib.Added) -> None:
+    self.transitions_read += int(added.transitions)
     if self._feed is not None:
       self._feed.on_added(added)
 

@@ -1,0 +1,247 @@
+r"""An actor process: acts with the learner's newest weights, writes episodes.
+
+One Reverb server holds the episode table and the weights table; one
+learner reads the episodes and publishes its weights; any number of these
+actors step envs and write whole episodes (docs/distributed.md):
+
+  python -m pipelines.act --reverb_address localhost:8000 \
+      --env HalfCheetah-v5 --run_dir runs/dist --seed 1
+  python -m pipelines.act --reverb_address localhost:8000 \
+      --env HalfCheetah-v5 --run_dir runs/dist --seed 2
+
+Each actor acts uniformly at random for its first --initial_random_steps,
+then with the newest weights in --variables_table (waiting up to
+--weights_timeout_s for a first publish), fetched again every
+--policy_refresh_steps env steps. It writes an episode only while fewer
+than --max_unread_episodes episodes in --table wait for the learner, and
+holds still when its own finished episodes wait on a full table, so it
+stays a few episodes ahead of the learner at most. Episode returns go to
+--run_dir/actor_<seed>/ (episodes.jsonl and TensorBoard); the bar shows env
+steps/s.
+
+SIGTERM or Ctrl-C ends it cleanly: the episode write in flight gets
+--timeout_s, episodes still running are dropped, and the last stdout line
+is a JSON summary (exit 0). A server that stops answering ends it with one
+line on stderr (exit 1) within about twice --timeout_s of its next call on
+the server (at each finished episode and weights refresh); bad flags exit
+2.
+"""
+
+import json
+import os
+import signal
+import threading
+
+# TensorFlow's C++ start-up chatter would bury the errors and the summary.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import tensorflow as tf
+import tqdm
+
+from pipelines import cli
+from rlds_reverb import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import remote
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import online
+from rlds_reverb.learners import run
+
+_PROG = 'act'
+_DEFAULTS = remote.ActorConfig(env='')
+
+_REVERB_ADDRESS = flags.DEFINE_string(
+    'reverb_address', None, 'host:port of the Reverb server that holds '
+    '--table and --variables_table (pipelines.serve). Required.')
+_ENV = flags.DEFINE_string(
+    'env', 'HalfCheetah-v5', "gymnasium env id; the learner's. The episode "
+    "table's signature must be this env's trajectory spec.")
+_RUN_DIR = flags.DEFINE_string(
+    'run_dir', None, 'Directory of the distributed run; this actor logs to '
+    'run_dir/actor_<seed>/: episodes.jsonl (one line per finished '
+    'episode), TensorBoard summaries (collect/return over env steps) and '
+    'config.json. Required.')
+_AGENT = flags.DEFINE_enum(
+    'agent', 'sac', list(agents.HEAD), "The learner's agent: published "
+    'weights of another kind are refused. sac samples its policy; td3 adds '
+    '--exploration_noise; dqn is epsilon-greedy with --epsilon.')
+_TABLE = flags.DEFINE_string(
+    'table', _DEFAULTS.table, 'Episode table the actor writes into (an '
+    "episode table: whole episodes, read once by the learner's memory).")
+_VARIABLES_TABLE = flags.DEFINE_string(
+    'variables_table', _DEFAULTS.variables_table, 'Table the learner '
+    'publishes its policy weights into (max_size 1: the newest only).')
+_SEED = flags.DEFINE_integer(
+    'seed', _DEFAULTS.seed, 'Seed of the envs and the exploration; give '
+    'each actor its own. Also names the log directory.', lower_bound=0)
+_NUM_ENVS = flags.DEFINE_integer(
+    'num_envs', _DEFAULTS.num_envs, 'Env copies this actor steps side by '
+    'side (one policy call per step for all of them).', lower_bound=1)
+_REFRESH = flags.DEFINE_integer(
+    'policy_refresh_steps', _DEFAULTS.policy_refresh_steps, 'Env steps '
+    'between fetches of the newest published weights.', lower_bound=1)
+_INITIAL_RANDOM = flags.DEFINE_integer(
+    'initial_random_steps', _DEFAULTS.initial_random_steps, 'Uniform random '
+    "actions for this actor's first N env steps (the learner's "
+    '--initial_collect_steps divided by the number of actors reproduces a '
+    'single-process run). Then the actor needs published weights.',
+    lower_bound=0)
+_MAX_ENV_STEPS = flags.DEFINE_integer(
+    'max_env_steps', _DEFAULTS.max_env_steps, 'Stop after N env steps, once '
+    'every finished episode is written; 0: run until SIGTERM / Ctrl-C.',
+    lower_bound=0)
+_MAX_UNREAD = flags.DEFINE_integer(
+    'max_unread_episodes', _DEFAULTS.max_unread_episodes, 'Balance with the '
+    'learner: write an episode only while fewer than N episodes in --table '
+    'are unread by the learner (all actors together); otherwise hold still. '
+    'The learner reads new episodes only once it has trained on those it '
+    'has, so this bounds how far actors run ahead of its training.',
+    lower_bound=1)
+_NOISE = flags.DEFINE_float(
+    'exploration_noise', _DEFAULTS.exploration_noise, 'td3-style '
+    '(deterministic) policies: std of the Gaussian action noise, in action '
+    'units.', lower_bound=0)
+_EPSILON = flags.DEFINE_float(
+    'epsilon', _DEFAULTS.epsilon, 'dqn: probability of a uniform action.',
+    lower_bound=0, upper_bound=1)
+_TIMEOUT = flags.DEFINE_float(
+    'timeout_s', _DEFAULTS.timeout_s, 'Deadline of each call on the server; '
+    'a server that does not answer ends the actor with an error within about '
+    'twice this (a write still running after this long makes the actor ask '
+    'the server whether it is alive). A stop gives the write in flight this '
+    'long.', lower_bound=0.1)
+_WEIGHTS_TIMEOUT = flags.DEFINE_float(
+    'weights_timeout_s', _DEFAULTS.weights_timeout_s, 'After the random '
+    'steps, how long to wait for the learner to publish its first weights '
+    'before giving up with an error.', lower_bound=0.1)
+_PROGRESS = flags.DEFINE_bool(
+    'progress', True, 'Show a progress bar (env steps, env steps/s, last '
+    'return, policy version) on stderr.')
+
+
+class _EpisodeLog:
+  """episodes.jsonl and TensorBoard scalars of one actor."""
+
+  def __init__(self, log_dir: str):
+    os.makedirs(log_dir, exist_ok=True)
+    self._file = open(os.path.join(log_dir, 'episodes.jsonl'), 'a')
+    self._writer = tf.summary.create_file_writer(log_dir)
+
+  def __call__(self, stats: remote.ActorStats, episode, version) -> None:
+    record = {'episode': stats.episodes, 'env_steps': stats.env_steps,
+              'return': round(float(episode.episode_return), 3),
+              'length': episode.num_steps, 'terminated': episode.terminated,
+              'policy_version': version}
+    self._file.write(json.dumps(record) + '\n')
+    self._file.flush()
+    with self._writer.as_default():
+      tf.summary.scalar('collect/return', episode.episode_return,
+                        step=stats.env_steps)
+
+  def close(self) -> None:
+    self._file.close()
+    self._writer.close()
+
+
+def _stop_on_signals() -> tuple[threading.Event, dict]:
+  """SIGTERM / SIGINT set the event; a second one interrupts at once."""
+  stop, received = threading.Event(), {}
+
+  def handle(signum, frame):
+    del frame
+    if stop.is_set():
+      raise KeyboardInterrupt
+    received['signal'] = signal.Signals(signum).name
+    stop.set()
+
+  # SIGINT too: a process started in the background by a script inherits
+  # SIGINT ignored.
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, handle)
+  return stop, received
+
+
+def _config() -> remote.ActorConfig:
+  return remote.ActorConfig(
+      env=_ENV.value, table=_TABLE.value,
+      variables_table=_VARIABLES_TABLE.value, num_envs=_NUM_ENVS.value,
+      seed=_SEED.value, policy_refresh_steps=_REFRESH.value,
+      initial_random_steps=_INITIAL_RANDOM.value,
+      max_env_steps=_MAX_ENV_STEPS.value,
+      max_unread_episodes=_MAX_UNREAD.value,
+      exploration_noise=_NOISE.value, epsilon=_EPSILON.value,
+      timeout_s=_TIMEOUT.value, weights_timeout_s=_WEIGHTS_TIMEOUT.value)
+
+
+def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
+  client = tables.connect(_REVERB_ADDRESS.value, timeout_s=config.timeout_s)
+  specs = envs.env_specs(config.env)
+  online.check_agent_fits_env(_AGENT.value, specs)
+  actor = remote.Actor(config, client, data_spec=run.trajectory_spec(specs),
+                       head=agents.HEAD[_AGENT.value])
+  log_dir = os.path.join(_RUN_DIR.value, f'actor_{config.seed}')
+  log = _EpisodeLog(log_dir)
+  with open(os.path.join(log_dir, 'config.json'), 'w') as f:
+    json.dump({'reverb_address': _REVERB_ADDRESS.value,
+               'agent': _AGENT.value, **vars(config)}, f, indent=2)
+  bar = tqdm.tqdm(total=config.max_env_steps or None, unit='env step',
+                  desc=f'actor {config.seed} {config.env}', smoothing=0.05,
+                  disable=not _PROGRESS.value)
+  state = {'wait': ''}
+
+  def on_episode(episode, version):
+    log(actor.stats, episode, version)
+    state['wait'] = ''
+    bar.set_postfix(ret=f'{episode.episode_return:.0f}',
+                    policy='random' if version is None else version)
+
+  def on_wait(kind, value):
+    text = {'unread': f'{value:.0f} unread, learner behind',
+            'weights': f'no weights yet ({value:.0f}s)',
+            'write': f'write pending {value:.0f}s'}[kind]
+    if text != state['wait']:
+      state['wait'] = text
+      bar.set_postfix_str(text)
+
+  try:
+    stats = actor.run(should_stop=stop.is_set, on_episode=on_episode,
+                      on_wait=on_wait, on_steps=bar.update)
+  finally:
+    bar.close()
+    log.close()
+    actor.close()
+  return {'actor': config.seed, 'env': config.env, **stats.to_dict(),
+          'log_dir': log_dir}
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    cli.fail(_PROG, ValueError(f'unexpected arguments: {" ".join(argv[1:])}'),
+             code=2)
+  for flag in (_REVERB_ADDRESS, _RUN_DIR):
+    if not flag.value:
+      cli.fail(_PROG, ValueError(f'--{flag.name} is required'), code=2)
+  cli.quiet_logging()
+  stop, received = _stop_on_signals()
+  config = _config()
+  try:
+    config.check()
+  except ValueError as e:
+    cli.fail(_PROG, e, code=2)
+  try:
+    summary = _act(config, stop)
+  except (tables.ServerUnavailableError, tables.TableNotFoundError) as e:
+    cli.fail(_PROG, e)
+  except cli.USER_ERRORS as e:
+    cli.fail(_PROG, e)
+  except KeyboardInterrupt:
+    cli.fail(_PROG, RuntimeError('interrupted twice: stopped without waiting '
+                                 'for episode writes'), code=130)
+  if received:
+    summary['stopped'] = received['signal']
+  print(json.dumps(summary), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.flags_parser(_PROG))

@@ -1,0 +1,352 @@
+"""Actor processes: act with the learner's newest weights, write episodes.
+
+An actor steps gymnasium env copies with the rollout loop every acting path
+shares (`rollout`), writes each finished episode into the learner's episode
+table exactly as the online learner's own collector does (whole episodes,
+unread, terminal discounts fixed: `collect`), and every
+`policy_refresh_steps` env steps takes the newest weights the learner
+published (`replay.variables`). Nothing here imports a learner.
+
+    learner --publish--> [variables]  --fetch every N steps-->  actor
+    learner <--reads---- [episodes]   <--whole episodes-------  actor
+
+Balance (docs/distributed.md, `sender`): an actor writes an episode only
+while fewer than `max_unread_episodes` episodes of the table are unread,
+i.e. not yet taken by the learner, which takes new episodes only once it
+has trained on the ones it has (its update-to-data ratio): Reverb's
+SampleToInsertRatio rule (inserts - samples <= error buffer), counted in
+episodes.
+
+Every server call has a deadline: a dead server ends `Actor.run` with a
+`tables.ServerUnavailableError` within seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Optional
+
+import gymnasium as gym
+import numpy as np
+import reverb
+
+from rlds_reverb import her
+from rlds_reverb import tables
+from rlds_reverb.acting import collect
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.acting import rollout
+from rlds_reverb.acting import sender
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import variables
+
+# The online learner's episode table (learners.online.ONLINE_TABLE).
+EPISODE_TABLE = 'online'
+OnWait = sender.OnWait
+# on_episode(episode, policy version or None for uniform actions)
+OnEpisode = Callable[[rollout.Episode, Optional[int]], None]
+
+
+def make_tables(data_spec: Any, *, table: str = EPISODE_TABLE,
+                max_episodes: int = 1_000_000,
+                variables_table: str = variables.TABLE) -> list[reverb.Table]:
+  """The tables a server holds for one learner and its actors: the episode
+  table actors write (`data_spec` per step) and the weights table."""
+  return [episode_table.make_table(table, data_spec,
+                                   max_episodes=max_episodes),
+          variables.make_table(variables_table)]
+
+
+@dataclasses.dataclass
+class ActorConfig:
+  """One actor process; each field is the `pipelines.act` flag of its name."""
+  env: str
+  """Gymnasium env id; the learner's."""
+  table: str = EPISODE_TABLE
+  """Episode table the actor writes into."""
+  variables_table: str = variables.TABLE
+  """Table the learner publishes its weights into."""
+  num_envs: int = 1
+  """Env copies stepped side by side."""
+  seed: int = 0
+  """Seed of the envs and the exploration; give each actor its own."""
+  policy_refresh_steps: int = 1000
+  """Env steps between fetches of the newest weights."""
+  initial_random_steps: int = 10_000
+  """Uniform random actions for this actor's first N env steps."""
+  max_env_steps: int = 0
+  """Stop after N env steps; 0: run until stopped."""
+  max_unread_episodes: int = 2
+  """Write an episode only while fewer are unread in the table."""
+  exploration_noise: float = 0.1
+  """Gaussian action noise of deterministic (TD3) policies."""
+  epsilon: float = 0.05
+  """Epsilon of epsilon-greedy Q policies (DQN)."""
+  timeout_s: float = 10.0
+  """Deadline of each server call."""
+  weights_timeout_s: float = 600.0
+  """How long to wait for the learner's first weights after the random
+  steps."""
+
+  def check(self) -> None:
+    """Raises ValueError for a setting out of range."""
+    for name in ('num_envs', 'policy_refresh_steps', 'max_unread_episodes'):
+      if getattr(self, name) < 1:
+        raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+    for name in ('seed', 'initial_random_steps', 'max_env_steps',
+                 'exploration_noise'):
+      if getattr(self, name) < 0:
+        raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+    if not 0 <= self.epsilon <= 1:
+      raise ValueError(f'epsilon must be in [0, 1], got {self.epsilon}')
+    if not (self.timeout_s > 0 and self.weights_timeout_s > 0):
+      raise ValueError('timeout_s and weights_timeout_s must be > 0')
+
+
+@dataclasses.dataclass
+class ActorStats:
+  """What an actor did; `to_dict` is its summary line."""
+  env_steps: int = 0
+  episodes: int = 0
+  """Finished episodes."""
+  episodes_written: int = 0
+  """Episodes the server confirmed."""
+  episodes_unconfirmed: int = 0
+  """Finished episodes not confirmed at the end (a stop while a write was
+  in flight or held back by the balance)."""
+  policy_version: Optional[int] = None
+  """Version of the weights acted with last; None: uniform actions only."""
+  policy_updates: int = 0
+  """Times newer weights were taken."""
+  waiting_s: float = 0.0
+  """Seconds held back: unread episodes, first weights, slow writes."""
+  seconds: float = 0.0
+  returns: list[float] = dataclasses.field(default_factory=list)
+  stopped: str = ''
+  """'max_env_steps', or what stopped the actor early."""
+
+  def to_dict(self) -> dict[str, Any]:
+    last = self.returns[-10:]
+    return {
+        'env_steps': self.env_steps, 'episodes': self.episodes,
+        'episodes_written': self.episodes_written,
+        'episodes_unconfirmed': self.episodes_unconfirmed,
+        'average_return_last_10': (round(float(np.mean(last)), 3) if last
+                                   else None),
+        'policy_version': self.policy_version,
+        'policy_updates': self.policy_updates,
+        'env_steps_per_s': (round(self.env_steps / self.seconds, 1)
+                            if self.seconds else None),
+        'waiting_s': round(self.waiting_s, 1),
+        'seconds': round(self.seconds, 1), 'stopped': self.stopped}
+
+
+class Actor:
+  """An actor process's work: envs, the newest weights, episode writes.
+
+  Make it, `run` it (until `max_env_steps` or `should_stop()`), `close` it.
+  """
+
+  def __init__(self, config: ActorConfig, client: reverb.Client, *,
+               data_spec: Any = None, head: Optional[str] = None):
+    """Checks the tables and makes the envs.
+
+    Args:
+      config: the actor's settings.
+      client: client of the server with both tables.
+      data_spec: per-step trajectory spec the episode table must store
+        (checked here rather than at the first write); None: not checked.
+      head: the `NumpyPolicy` head the learner's agent exports; published
+        weights of another kind are refused. None: any.
+
+    Raises:
+      ValueError: a bad setting; an episode table of another kind or spec;
+        a weights table that keeps more than one item; an unknown env.
+      TableNotFoundError: a table the server does not have.
+      ServerUnavailableError: the server does not answer in time.
+    """
+    config.check()
+    self.config, self._client = config, client
+    self._address = client.server_address
+    self._head = head
+    self.specs = envs.env_specs(config.env)
+    self._check_tables(data_spec)
+    self._view = (her.ObservationFlattener() if self.specs.goal_conditioned
+                  else None)
+    self._random = collect.random_act(self.specs.action_low,
+                                      self.specs.action_high)
+    self._envs = gym.vector.SyncVectorEnv(
+        [lambda: envs.make_env(config.env)] * config.num_envs,
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    self._rollout = rollout.Rollout(self._envs,
+                                    rollout.layout_of(self._envs),
+                                    seed=config.seed * 1000)
+    self._rng = np.random.default_rng(config.seed)
+    self.policy: Optional[numpy_policy.NumpyPolicy] = None
+    self._sender = sender.EpisodeSender(
+        client, config.table, max_unread_episodes=config.max_unread_episodes,
+        timeout_s=config.timeout_s)
+    self._weights_waiting_s = 0.0
+    self.stats = ActorStats()
+
+  def _call(self, fn: Callable[[], Any], what: str) -> Any:
+    return tables.call_with_deadline(
+        fn, timeout_s=self.config.timeout_s, what=what,
+        address=self._address)
+
+  def _check_tables(self, data_spec: Any) -> None:
+    table = self.config.table
+    self._call(lambda: episode_table.check_table_kind(
+        self._client, table, episodes=True), f'reading table {table!r}')
+    if data_spec is not None:
+      self._call(lambda: tables.check_signature(self._client, table,
+                                                data_spec),
+                 f'reading table {table!r}')
+    variables.check_table(self._client, self.config.variables_table,
+                          timeout_s=self.config.timeout_s)
+
+  # -- weights
+  def refresh(self) -> bool:
+    """Takes the newest published weights; returns whether they are new.
+
+    Raises:
+      ValueError: weights of another head or shape than this actor needs.
+      ServerUnavailableError: no answer in time.
+    """
+    published = variables.fetch(self._client,
+                                table=self.config.variables_table,
+                                timeout_s=self.config.timeout_s)
+    if published is None or published.version == self.stats.policy_version:
+      return False
+    policy = numpy_policy.NumpyPolicy(**published.weights)
+    self._check_policy(policy, published.version)
+    self.policy = policy
+    self.stats.policy_version = published.version
+    self.stats.policy_updates += 1
+    return True
+
+  def _check_policy(self, policy: numpy_policy.NumpyPolicy,
+                    version: int) -> None:
+    specs = self.specs
+    observation_size = (sum(specs.goal_sizes) if specs.goal_conditioned
+                        else int(np.prod(specs.observation_shape)))
+    action_shape = tuple(np.shape(specs.action_low))
+    problems = []
+    if self._head is not None and policy.head != self._head:
+      problems.append(f'head {policy.head!r}, not {self._head!r}')
+    if policy.observation_size != observation_size:
+      problems.append(f'observation size {policy.observation_size}, not '
+                      f'{observation_size}')
+    if tuple(np.shape(policy.action_low)) != action_shape:
+      problems.append(f'action shape {tuple(np.shape(policy.action_low))}, '
+                      f'not {action_shape}')
+    if problems:
+      raise ValueError(
+          f'weights version {version} in table '
+          f'{self.config.variables_table!r} at {self._address} do not fit '
+          f'this actor ({specs.env_id}): {"; ".join(problems)}; is the '
+          'learner training another env or agent?')
+
+  def _wait_for_weights(self, should_stop: Callable[[], bool],
+                        on_wait: Optional[OnWait]) -> bool:
+    """Waits for a first publish; False if stopped first."""
+    start = time.monotonic()
+    try:
+      while not self.refresh():
+        waited = time.monotonic() - start
+        if waited > self.config.weights_timeout_s:
+          raise TimeoutError(
+              f'no policy weights in table {self.config.variables_table!r} '
+              f'at {self._address} after {waited:.0f}s: is the learner '
+              'running (pipelines.train --reverb_address ... --num_actors '
+              '0)? Until it publishes, actors act at random for '
+              '--initial_random_steps only')
+        if on_wait is not None:
+          on_wait('weights', waited)
+        if not sender.sleep(1.0, should_stop):
+          return False
+      return True
+    finally:
+      self._weights_waiting_s += time.monotonic() - start
+
+  def _act(self) -> collect.ActFn:
+    policy = self.policy
+    if policy is None:
+      return self._random
+    if policy.head == 'q_argmax':
+      act = collect.epsilon_greedy_act(policy, self.config.epsilon)
+    else:
+      act = collect.policy_act(policy, self.config.exploration_noise)
+    if self._view is None:
+      return act
+    return lambda obs, rng: act(self._view(obs), rng)
+
+  # -- the loop
+  def run(self, *, should_stop: Callable[[], bool] = lambda: False,
+          on_episode: Optional[OnEpisode] = None,
+          on_wait: Optional[OnWait] = None,
+          on_steps: Optional[Callable[[int], None]] = None) -> ActorStats:
+    """Acts until `max_env_steps` (0: until `should_stop()`).
+
+    Uniform actions for the first `initial_random_steps`, then the newest
+    weights (waiting for a first publish up to `weights_timeout_s`),
+    fetched again every `policy_refresh_steps`. At `max_env_steps` every
+    finished episode is written (as the table makes room); a stop gives
+    the writes `timeout_s` and counts what is left as unconfirmed.
+    Episodes still running at the end are dropped (only whole episodes are
+    valid RLDS).
+
+    Raises:
+      ServerUnavailableError: the server stopped answering.
+      TimeoutError: no weights were published in `weights_timeout_s`.
+      ValueError: published weights that do not fit the env or agent.
+    """
+    config, stats = self.config, self.stats
+    start = time.monotonic()
+    stats.stopped = ''
+    try:
+      while not (config.max_env_steps and
+                 stats.env_steps >= config.max_env_steps):
+        if should_stop():
+          break
+        if (self.policy is None and
+            stats.env_steps >= config.initial_random_steps and
+            not self._wait_for_weights(should_stop, on_wait)):
+          break
+        finished: list[rollout.Episode] = []
+        before = stats.env_steps
+        act = self._act()
+        taken = self._rollout.step(lambda obs: act(obs, self._rng),
+                                   finished.append)
+        stats.env_steps += taken
+        if on_steps is not None:
+          on_steps(taken)
+        version = stats.policy_version if self.policy is not None else None
+        for episode in finished:
+          stats.episodes += 1
+          stats.returns.append(episode.episode_return)
+          if on_episode is not None:
+            on_episode(episode, version)
+        self._sender.add([episode.steps for episode in finished])
+        # Ahead of the learner: hold still until the table takes some.
+        if not self._sender.pace(should_stop, on_wait):
+          break
+        if (self.policy is not None and stats.env_steps // config.
+            policy_refresh_steps > before // config.policy_refresh_steps):
+          self.refresh()
+      else:
+        stats.stopped = 'max_env_steps'
+        self._sender.flush(should_stop, on_wait)
+      if not stats.stopped:
+        stats.stopped = 'stop requested'
+      stats.episodes_unconfirmed = self._sender.finish()
+    finally:
+      stats.seconds = time.monotonic() - start
+      stats.episodes_written = self._sender.written
+      stats.waiting_s = self._sender.waiting_s + self._weights_waiting_s
+    return stats
+
+  def close(self) -> None:
+    self._envs.close()
+

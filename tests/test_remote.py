@@ -1,0 +1,215 @@
+"""Tests of rlds_reverb/acting/remote.py: an actor against a real server.
+
+InvertedPendulum-v5 (MuJoCo): episodes of a few steps under uniform or
+constant actions, so each test runs many whole episodes in a second or two.
+"""
+
+import time
+import warnings
+
+import numpy as np
+import pytest
+import reverb
+
+from rlds_reverb import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.acting import remote
+from rlds_reverb.acting import sender
+from rlds_reverb.learners import run
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import variables
+from rlds_reverb.replay import variants
+
+ENV = 'InvertedPendulum-v5'
+
+
+@pytest.fixture(scope='module')
+def pendulum():
+  return envs.env_specs(ENV)
+
+
+@pytest.fixture
+def client(pendulum):
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')  # Listening on every interface.
+    server = tables.start_server(
+        remote.make_tables(run.trajectory_spec(pendulum), max_episodes=10_000)
+        + [reverb.Table.queue('queue', 10)])
+  yield server.localhost_client()
+  server.stop()
+
+
+def _constant(specs, value: float) -> numpy_policy.NumpyPolicy:
+  """A deterministic policy whose action is `value` (scaled), always."""
+  return numpy_policy.NumpyPolicy(
+      'deterministic', [np.zeros((4, 1), np.float32)],
+      [np.full(1, np.arctanh(value / 3.0), np.float32)],
+      specs.action_low, specs.action_high)
+
+
+def _actor(client, pendulum, **config) -> remote.Actor:
+  config = {'initial_random_steps': 0, 'exploration_noise': 0.0,
+            'timeout_s': 2.0, **config}
+  return remote.Actor(remote.ActorConfig(ENV, **config), client,
+                      data_spec=run.trajectory_spec(pendulum),
+                      head='deterministic')
+
+
+def test_writes_whole_episodes_the_learner_can_read(client, pendulum):
+  actor = _actor(client, pendulum, initial_random_steps=200,
+                 max_env_steps=200, max_unread_episodes=1000)
+  episodes = []
+  stats = actor.run(on_episode=lambda e, version: episodes.append(
+      (e, version)))
+  actor.close()
+  assert stats.stopped == 'max_env_steps' and stats.env_steps == 200
+  assert stats.episodes == stats.episodes_written == len(episodes) > 5
+  assert stats.episodes_unconfirmed == 0 and stats.policy_version is None
+  assert {version for _, version in episodes} == {None}  # Random actions.
+  read = episode_table.EpisodeReader(client, 'online').read_all()
+  assert len(read) == len(episodes)
+  assert sender.unread_episodes(client, 'online') == 0
+  # T + 1 RLDS steps per episode of T env steps, actions in bounds.
+  assert (sum(len(e.data.reward) for e in read) ==
+          sum(e.num_steps + 1 for e, _ in episodes))
+  actions = np.concatenate([e.data.action for e in read])
+  assert actions.shape[1:] == (1,) and np.all(np.abs(actions) <= 3.0)
+  # The pendulum falls: terminal, so the step into it has discount 0.
+  assert all(e.data.discount[-2] == 0.0 for e in read)
+
+
+def test_a_learner_memory_counts_the_env_steps_it_read(client, pendulum):
+  """What the learner side does: start, then poll what actors wrote since."""
+  replay = variants.UniformReplay(variants.Settings(
+      table='online', data_spec=run.trajectory_spec(pendulum), batch_size=4,
+      capacity=10_000, max_episodes=10_000))
+  taken = []
+  for seed in (1, 2):
+    actor = _actor(client, pendulum, initial_random_steps=60,
+                   max_env_steps=60, max_unread_episodes=1000, seed=seed)
+    actor.run(on_episode=lambda e, version: taken.append(e.num_steps))
+    actor.close()
+    if replay.memory is None:
+      replay.start(client)
+    else:
+      assert replay.poll() > 0
+    assert replay.transitions_read == sum(taken)
+  assert int(replay.memory.num_transitions) == sum(taken)
+
+
+def test_takes_newly_published_weights(client, pendulum):
+  variables.publish(client, _constant(pendulum, 2.0), 1)
+  episodes = []
+
+  def on_episode(episode, version):
+    episodes.append((version, episode.steps['action'][:-1]))
+    if len(episodes) == 10:  # The learner moves on.
+      variables.publish(client, _constant(pendulum, -2.0), 7)
+
+  actor = _actor(client, pendulum, max_env_steps=300,
+                 policy_refresh_steps=10, max_unread_episodes=1000)
+  stats = actor.run(on_episode=on_episode)
+  actor.close()
+  assert stats.policy_version == 7 and stats.policy_updates == 2
+  versions = [version for version, _ in episodes]
+  assert versions[0] == 1 and versions[-1] == 7
+  assert versions == sorted(versions)
+  for version, actions in episodes:
+    if version == 1:
+      np.testing.assert_allclose(actions, 2.0, rtol=1e-5)
+  # Whole episodes under version 7 act with it.
+  np.testing.assert_allclose(episodes[-1][1], -2.0, rtol=1e-5)
+
+
+def test_holds_back_while_the_learner_has_unread_episodes(client, pendulum):
+  reader = episode_table.EpisodeReader(client, 'online')
+  seen = []
+
+  def on_wait(kind, value):
+    """The learner: reads one episode each time the actor waits."""
+    assert kind == 'unread'
+    seen.append(value)
+    assert sender.unread_episodes(client, 'online') <= 2
+    reader.read_new(1)
+
+  actor = _actor(client, pendulum, initial_random_steps=40,
+                 max_env_steps=40, max_unread_episodes=2)
+  stats = actor.run(on_wait=on_wait)
+  actor.close()
+  assert seen and max(seen) == 2
+  assert stats.episodes_written == stats.episodes > 3
+  assert stats.waiting_s > 0
+
+
+def test_stop_counts_what_was_not_written(client, pendulum):
+  """Nobody reads: the actor holds 2 episodes; a stop leaves the rest."""
+  calls = []
+  actor = _actor(client, pendulum, initial_random_steps=10_000,
+                 max_unread_episodes=2, timeout_s=0.5)
+  stats = actor.run(should_stop=lambda: len(calls) >= 3,
+                    on_wait=lambda kind, value: calls.append(kind))
+  actor.close()
+  assert stats.stopped == 'stop requested'
+  assert stats.episodes_written == 2
+  assert stats.episodes_unconfirmed == stats.episodes - 2 >= 2
+
+
+def test_waits_for_first_weights_a_bounded_time(client, pendulum):
+  actor = _actor(client, pendulum, weights_timeout_s=0.5)
+  start = time.monotonic()
+  with pytest.raises(TimeoutError, match="no policy weights in table "
+                     "'variables' at localhost:.* after"):
+    actor.run()
+  assert time.monotonic() - start < 5
+  actor.close()
+
+
+def test_refuses_weights_of_another_agent(client, pendulum):
+  variables.publish(client, _constant(pendulum, 1.0), 3)
+  actor = remote.Actor(remote.ActorConfig(ENV, initial_random_steps=0),
+                       client, head='tanh_normal')
+  with pytest.raises(ValueError, match="version 3 .* head 'deterministic', "
+                     "not 'tanh_normal'"):
+    actor.run()
+  actor.close()
+
+
+def test_refuses_tables_it_cannot_write(client, pendulum, specs):
+  with pytest.raises(ValueError, match="'queue' samples fifo: it is not an "
+                     'episode table'):
+    remote.Actor(remote.ActorConfig(ENV, table='queue'), client)
+  with pytest.raises(ValueError, match='signature spec should match'):
+    remote.Actor(remote.ActorConfig(ENV), client,
+                 data_spec=run.trajectory_spec(specs))  # HalfCheetah's.
+  with pytest.raises(ValueError, match="'queue' keeps 10 items"):
+    remote.Actor(remote.ActorConfig(ENV, variables_table='queue'), client)
+  with pytest.raises(tables.TableNotFoundError, match="no table 'nope'"):
+    remote.Actor(remote.ActorConfig(ENV, table='nope'), client)
+  with pytest.raises(tables.TableNotFoundError, match="no table 'nope'"):
+    sender.unread_episodes(client, 'nope')
+  with pytest.raises(ValueError, match='max_unread_episodes must be >= 1'):
+    remote.Actor(remote.ActorConfig(ENV, max_unread_episodes=0), client)
+
+
+def test_a_stopped_server_ends_the_run_within_the_deadline(pendulum):
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    server = tables.start_server(remote.make_tables(
+        run.trajectory_spec(pendulum), max_episodes=100))
+  client = reverb.Client(f'localhost:{server.port}')
+  actor = _actor(client, pendulum, initial_random_steps=10_000,
+                 max_unread_episodes=1000, timeout_s=1.0)
+  stopped = []
+
+  def on_episode(episode, version):
+    del episode, version
+    if not stopped and actor.stats.episodes >= 3:
+      server.stop()
+      stopped.append(time.monotonic())
+
+  with pytest.raises(tables.ServerUnavailableError,
+                     match=f'localhost:{server.port}'):
+    actor.run(on_episode=on_episode)
+  assert time.monotonic() - stopped[0] < 8
+  actor.close()
