@@ -357,9 +357,9 @@ def _advice(error: BaseException, config: PushConfig,
     return push.ServerUnavailableError(
         f'{error}; {ledger.durable()}: restart the server from its '
         'checkpoint and rerun with --resume')
-  if isinstance(error, push.ItemsLostError):
-    return push.ItemsLostError(f'{error}: rerun with --resume to push them '
-                               'again')
+  if isinstance(error, push.ItemsLostError):  # Its text ends on durable().
+    return push.ItemsLostError(f'{error}: restart the server from that '
+                               'checkpoint and rerun with --resume')
   return error
 
 
@@ -413,8 +413,6 @@ def push_dataset(dataset: tf.data.Dataset, target: Target,
       raise error from None
   report = make_report(stats, target, config, ledger)
   report.checkpoint = ledger.last_checkpoint
-  if report.checkpoint is None and config.checkpoint_dir:
-    report.checkpoint = tables.checkpoint(target.client)
   return report
 
 

@@ -687,7 +687,8 @@ class PushLedger:
     """'episodes 0-99 are in checkpoint P (1000 items)', for error messages."""
     point = self.state.last_checkpointed
     if not point.checkpoint:
-      return 'no episode of this push is in a server checkpoint yet'
+      return ('no episode of this push is in a server checkpoint yet (the '
+              f'table held {point.table_size} items before it)')
     return (f'{episode_range(0, point.episodes)} '
             f'{"are" if point.episodes > 1 else "is"} in checkpoint '
             f'{point.checkpoint} ({point.table_size} items)')
