@@ -43,7 +43,11 @@ from pipelines import common_flags
 from rlds_reverb import convert
 from rlds_reverb import datasets
 from rlds_reverb import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import remote
+from rlds_reverb.learners import run
 from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import variables
 
 _PROG = 'serve'
 
@@ -87,6 +91,13 @@ _FEED_TABLE = flags.DEFINE_bool(
     'item per episode, read once per pass by the learner (min-heap sampler), '
     'written unread (pipelines.push --feed_table); --sequence_length, '
     '--sampler and --alpha do not apply, --max_size counts episodes.')
+_ENV = flags.DEFINE_string(
+    'env', None, 'Instead of --dataset: serve the tables of a distributed '
+    'online run in this gymnasium env (e.g. HalfCheetah-v5): the episode '
+    'table that pipelines.act processes write (--table, default '
+    f'{remote.EPISODE_TABLE!r}; --max_size counts episodes) and the weights '
+    f'table {variables.TABLE!r} the learner (pipelines.train --num_actors 0) '
+    'publishes into. See docs/distributed.md.')
 # What an episode table fixes: whole episodes, min-heap.
 _NOT_WITH_FEED_TABLE = (_SEQUENCE_LENGTH, _SAMPLER, _ALPHA)
 
@@ -150,6 +161,41 @@ def start(dataset: str, *, split: str = 'train', data_dir: str | None = None,
   return Served(server, info.current_size, restored_from, differences)
 
 
+def start_for_env(env: str, *, table: str = remote.EPISODE_TABLE,
+                  max_episodes: int = 1_000_000, port: int | None = None,
+                  host: str = 'localhost',
+                  checkpoint_dir: str | None = None) -> Served:
+  """Starts the tables of a distributed online run in `env`: the episode
+  table actors write and the weights table the learner publishes into.
+
+  Raises:
+    ValueError: Unknown env, a bad table argument or `host`, or a
+      checkpoint whose tables do not fit `env`.
+    OSError: `port` is in use.
+  """
+  spec = run.trajectory_spec(envs.env_specs(env))
+  wanted = remote.make_tables(spec, table=table, max_episodes=max_episodes)
+  wanted_info = wanted[0].info
+  restored_from = (tables.latest_checkpoint(checkpoint_dir)
+                   if checkpoint_dir else None)
+  server = tables.start_server(wanted, port=port, host=host,
+                               checkpoint_dir=checkpoint_dir)
+  client = server.localhost_client()
+  try:
+    tables.check_signature(client, table, spec)
+    episode_table.check_table_kind(client, table, episodes=True)
+    variables.check_table(client)
+  except ValueError as e:
+    server.stop()
+    del server  # Not left to the traceback: its __del__ at exit would fail.
+    raise ValueError(f'the checkpoint in {checkpoint_dir} restored tables '
+                     f'that do not fit {env}: {e}') from e
+  info = tables.get_table_info(client, table)
+  differences = (tables.table_differences(info, wanted_info)
+                 if restored_from else [])
+  return Served(server, info.current_size, restored_from, differences)
+
+
 def client_address(host: str, port: int) -> str:
   """The address to print for clients: `host`, or this machine's name for
   a wildcard host; IPv6 in brackets."""
@@ -184,8 +230,16 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(_PROG, ValueError(f'unexpected arguments: {" ".join(argv[1:])}'),
              code=2)
-  if common_flags.DATASET.value is None:
-    cli.fail(_PROG, ValueError('--dataset is required'), code=2)
+  if (common_flags.DATASET.value is None) == (_ENV.value is None):
+    cli.fail(_PROG, ValueError('pass --dataset (a table for its data) or '
+                               '--env (the tables of a distributed online '
+                               'run), one of them'), code=2)
+  if _ENV.value is not None:
+    for flag in (*_NOT_WITH_FEED_TABLE, _FEED_TABLE):
+      if flag.present:
+        cli.fail(_PROG, ValueError(
+            f'--{flag.name} does not apply to --env (its episode table holds '
+            'whole episodes, sampled by a min-heap)'), code=2)
   if _FEED_TABLE.value:
     for flag in _NOT_WITH_FEED_TABLE:
       if flag.present:
@@ -198,16 +252,23 @@ def main(argv: list[str]) -> None:
                                '(where the checkpoints go)'), code=2)
   cli.quiet_logging()
   table = common_flags.TABLE.value
+  if _ENV.value is not None and not common_flags.TABLE.present:
+    table = remote.EPISODE_TABLE
   checkpoint_dir = _CHECKPOINT_DIR.value
   try:
-    served = start(
-        common_flags.DATASET.value, split=common_flags.SPLIT.value,
-        data_dir=common_flags.DATA_DIR.value,
-        download=common_flags.DOWNLOAD.value, table=table,
-        sequence_length=cli.parse_sequence_length(_SEQUENCE_LENGTH.value),
-        max_size=_MAX_SIZE.value, sampler=_SAMPLER.value, alpha=_ALPHA.value,
-        port=_PORT.value, host=_HOST.value, checkpoint_dir=checkpoint_dir,
-        feed_table=_FEED_TABLE.value)
+    if _ENV.value is not None:
+      served = start_for_env(
+          _ENV.value, table=table, max_episodes=_MAX_SIZE.value,
+          port=_PORT.value, host=_HOST.value, checkpoint_dir=checkpoint_dir)
+    else:
+      served = start(
+          common_flags.DATASET.value, split=common_flags.SPLIT.value,
+          data_dir=common_flags.DATA_DIR.value,
+          download=common_flags.DOWNLOAD.value, table=table,
+          sequence_length=cli.parse_sequence_length(_SEQUENCE_LENGTH.value),
+          max_size=_MAX_SIZE.value, sampler=_SAMPLER.value, alpha=_ALPHA.value,
+          port=_PORT.value, host=_HOST.value, checkpoint_dir=checkpoint_dir,
+          feed_table=_FEED_TABLE.value)
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
   server = served.server

@@ -232,3 +232,33 @@ def test_checkpoint_interval_needs_checkpoint_dir(tiny_dataset):
   assert proc.stderr.strip() == (
       'serve: error: --checkpoint_interval needs --checkpoint_dir (where the '
       'checkpoints go)')
+
+
+def test_env_serves_the_tables_of_a_distributed_run(tmp_path):
+  """--env: the actors' episode table for the env's steps and the learner's
+  weights table, restored from the checkpoint dir like any table."""
+  from pipelines import serve  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.replay import episode_table  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.replay import variables  # pylint: disable=g-import-not-at-top
+  served = serve.start_for_env('CartPole-v1',
+                               checkpoint_dir=str(tmp_path / 'ckpt'))
+  try:
+    client = served.server.localhost_client()
+    assert served.size == 0 and served.restored_from is None
+    assert episode_table.is_episode_table(client, 'online')
+    variables.check_table(client)  # Raises unless a one-item weights table.
+    observation = tables.get_table_signature(client, 'online').observation
+    assert observation.shape.as_list() == [None, 4]
+  finally:
+    served.server.stop()
+
+
+def test_env_and_dataset_are_exclusive(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'pipelines.serve', '--env', 'CartPole-v1',
+       '--dataset', str(tmp_path)], cwd=REPO, env=ENV, capture_output=True,
+      text=True, timeout=START_TIMEOUT_S)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      'serve: error: pass --dataset (a table for its data) or --env (the '
+      'tables of a distributed online run), one of them')
