@@ -31,6 +31,7 @@ from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
+from rlds_reverb.learners import distributed
 from rlds_reverb.learners import dqn
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import resume
@@ -102,6 +103,16 @@ class OnlineConfig:
   """Uniform or prioritized: n-step returns (1: one-step TD)."""
   seed: int = 0
   """Seed of TensorFlow, the envs and the actor."""
+  num_actors: int = 1
+  """1: the learner's process acts too; 0: actors are other processes
+  (pipelines.act) writing into the episode table at reverb_address."""
+  reverb_address: str = ''
+  """num_actors 0: host:port of the server holding the episode and weights
+  tables (pipelines.serve --env)."""
+  table: str = ONLINE_TABLE
+  """The episode table actors write into."""
+  publish_every: int = 1000
+  """num_actors 0: gradient steps between publications of the weights."""
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
   """The agent's hyper-parameters."""
@@ -138,6 +149,23 @@ def _check(config: OnlineConfig) -> None:
                            config.her_config is not None):
     raise ValueError(f'n_step must be >= 1, and > 1 does not go with her; '
                      f'got n_step={config.n_step}')
+  if config.num_actors not in (0, 1):
+    raise ValueError(f'num_actors must be 0 (actors are other processes) or '
+                     f'1 (this process acts), got {config.num_actors}')
+  if (config.num_actors == 0) != bool(config.reverb_address):
+    raise ValueError('num_actors 0 (actors in other processes) and '
+                     'reverb_address (their server) go together; got '
+                     f'num_actors={config.num_actors}, '
+                     f'reverb_address={config.reverb_address!r}')
+  if config.num_actors == 0 and (config.her_config is not None or
+                                 config.replay != 'uniform'):
+    raise ValueError('a learner fed by actor processes takes uniform replay '
+                     'without HER (the remote server holds no priority or '
+                     'HER tables); got '
+                     f'replay={config.replay!r}, her={config.her_config}')
+  if config.publish_every < 1:
+    raise ValueError(f'publish_every must be >= 1, got '
+                     f'{config.publish_every}')
   if config.her_config is not None and config.replay != 'uniform':
     raise ValueError('HER samples its own episode table; replay must be '
                      f'uniform with her, got {config.replay!r}')
@@ -204,7 +232,7 @@ def make_replay(config: OnlineConfig, specs: envs.EnvSpecs,
                 reward_env: Any = None) -> Any:
   """The run's replay variant over the online episode table."""
   settings = variants.Settings(
-      table=ONLINE_TABLE, data_spec=run.trajectory_spec(specs),
+      table=config.table, data_spec=run.trajectory_spec(specs),
       batch_size=config.batch_size,
       capacity=config.replay_size + _SLACK_EPISODES * (
           specs.max_episode_steps or 1000),
@@ -252,11 +280,18 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
   tf.random.set_seed(config.seed)
   reward_env = envs.make_env(config.env) if specs.goal_conditioned else None
   replay = make_replay(config, specs, reward_env)
-  server = tables.start_server(replay.tables(), checkpoint_dir=os.path.join(
-      config.root_dir, run.REVERB_CHECKPOINTS))
+  remote_actors = config.num_actors == 0
+  server = None
+  if remote_actors:
+    client = tables.connect(config.reverb_address)
+    distributed.check_remote_tables(client, config.table,
+                                    run.trajectory_spec(specs))
+  else:
+    server = tables.start_server(replay.tables(), checkpoint_dir=os.path.join(
+        config.root_dir, run.REVERB_CHECKPOINTS))
+    client = server.localhost_client()
   collector = None
   try:
-    client = server.localhost_client()
     agent = agents.make_agent(config.agent, specs.time_step_spec,
                               specs.action_spec, config.agent_config)
     learner = loop.Learner(agent, config.root_dir,
@@ -268,15 +303,19 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
     learner.set_curve(x='env_steps', title=title, y=metric)
     resumed = learner.restore()
     replay.start(client)  # A resumed run gets back what it had collected.
+    if remote_actors and not resumed:
+      # Episodes the actors wrote before the learner came up.
+      learner.env_steps.assign(replay.transitions_read)
     train_step = replay.train_step(agent)
     if train_step is not None:
       learner.set_train_step(train_step)
     start = int(learner.env_steps.numpy())
     # A resumed run reseeds from its step count: it does not replay the
     # episodes it already collected.
-    collector = collect.Collector(config.env, client, ONLINE_TABLE,
-                                  seed=config.seed * 1_000_003 + start,
-                                  **replay.writer_kwargs())
+    if not remote_actors:
+      collector = collect.Collector(config.env, client, config.table,
+                                    seed=config.seed * 1_000_003 + start,
+                                    **replay.writer_kwargs())
     this_run = run.Run(
         learner, config.agent, specs, config.root_dir, client=client,
         write_back=lambda: replay.write_back(client),
@@ -302,14 +341,24 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
                         eval=(record if record.get('env_steps') == env_steps
                               else None))
 
-      phase = run.OnlinePhase(
-          this_run, collector, replay.poll, lambda: replay.ready,
-          replay.feed,
-          act=lambda steps: explore_act(this_run.policy, config, specs, steps,
-                                        replay.actor_view()),
-          train_every=config.train_every,
-          gradient_steps=int(config.train_every * config.utd),
-          learn_from=config.initial_collect_steps, bar=bar)
+      if remote_actors:
+        phase = distributed.RemotePhase(
+            this_run, replay, client, utd=config.utd,
+            train_every=config.train_every,
+            learn_from=config.initial_collect_steps,
+            publish_every=config.publish_every, bar=bar)
+        # Actors past their random steps wait for weights: publish the
+        # first ones before waiting for their episodes.
+        phase.publish()
+      else:
+        phase = run.OnlinePhase(
+            this_run, collector, replay.poll, lambda: replay.ready,
+            replay.feed,
+            act=lambda steps: explore_act(this_run.policy, config, specs,
+                                          steps, replay.actor_view()),
+            train_every=config.train_every,
+            gradient_steps=int(config.train_every * config.utd),
+            learn_from=config.initial_collect_steps, bar=bar)
       run.run_phases(
           lambda: int(learner.env_steps.numpy()), config.env_steps, phase,
           [run.Every(config.eval_interval, evaluate, at_end=False),
@@ -323,4 +372,5 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
       collector.close()
     if reward_env is not None:
       reward_env.close()
-    server.stop()
+    if server is not None:
+      server.stop()

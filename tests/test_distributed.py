@@ -1,0 +1,112 @@
+"""A learner fed by an actor it does not run (learners/distributed.py).
+
+One real Reverb server holds the episode and weights tables of a CartPole
+run (what `pipelines.serve --env` starts); an `acting.remote.Actor` writes
+episodes from a thread, as a `pipelines.act` process would, and
+`online.train_online(num_actors=0)` learns from them and publishes its
+weights. Checked: the learner's env-step clock is what the actor wrote, its
+gradient steps follow the single-process schedule, and the actor acts with
+weights the learner published.
+"""
+
+import json
+import os
+import threading
+
+import pytest
+
+from rlds_reverb import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import remote
+from rlds_reverb.learners import online
+from rlds_reverb.learners import run
+from rlds_reverb.replay import variables
+
+ENV = 'CartPole-v1'
+
+
+@pytest.fixture
+def server():
+  spec = run.trajectory_spec(envs.env_specs(ENV))
+  started = tables.start_server(remote.make_tables(spec))
+  yield started
+  started.stop()
+
+
+def _config(root_dir, port, **overrides):
+  values = dict(env=ENV, root_dir=str(root_dir), agent='dqn', env_steps=1500,
+                initial_collect_steps=300, batch_size=32, train_every=100,
+                utd=0.5, eval_interval=1500, eval_episodes=2,
+                checkpoint_interval=1500, replay_size=10_000, num_actors=0,
+                reverb_address=f'localhost:{port}', publish_every=50)
+  values.update(overrides)
+  return online.OnlineConfig(**values)
+
+
+def test_learner_trains_on_what_a_remote_actor_writes(server, tmp_path):
+  client = server.localhost_client()
+  actor = remote.Actor(
+      remote.ActorConfig(env=ENV, seed=1, initial_random_steps=300,
+                         policy_refresh_steps=100, max_unread_episodes=4,
+                         epsilon=0.1),
+      client, data_spec=run.trajectory_spec(envs.env_specs(ENV)))
+  stop = threading.Event()
+  results = {}
+
+  def act():
+    try:
+      results['stats'] = actor.run(should_stop=stop.is_set)
+    except BaseException as e:  # pylint: disable=broad-except
+      results['error'] = e
+
+  thread = threading.Thread(target=act, daemon=True)
+  thread.start()
+  try:
+    record = online.train_online(_config(tmp_path, server.port),
+                                 show_progress=False)
+  finally:
+    stop.set()
+    thread.join(timeout=60)
+    actor.close()
+  assert 'error' not in results, results.get('error')
+  stats = results['stats']
+  env_steps = record['env_steps']
+  # The clock is what the actor wrote and the learner read: whole episodes,
+  # so it ends at or just past the budget, never beyond what was written.
+  assert 1500 <= env_steps <= stats.env_steps
+  # Single-process schedule: utd per env step from the first 300 on, in
+  # whole phases of train_every * utd = 50 steps.
+  expected = 0.5 * (env_steps - 300 + 100)
+  assert expected - 50 <= record['train_step'] <= expected
+  # The actor acted with weights the learner published after training.
+  assert stats.policy_version is not None and stats.policy_version > 0
+  published = variables.fetch(client)
+  assert published.version % 50 == 0 and published.version > 0
+  assert published.info['env_steps'] <= env_steps
+  evals = [json.loads(line) for line in
+           open(os.path.join(tmp_path, 'eval.jsonl'))]
+  assert [e['env_steps'] for e in evals] == [env_steps]
+
+
+def test_remote_learner_needs_its_server_tables(tmp_path):
+  """A server without the weights table is refused before any training."""
+  spec = run.trajectory_spec(envs.env_specs(ENV))
+  only_episodes = tables.start_server(remote.make_tables(spec)[:1])
+  try:
+    with pytest.raises(tables.TableNotFoundError, match='variables'):
+      online.train_online(_config(tmp_path / 'run', only_episodes.port),
+                          show_progress=False)
+  finally:
+    only_episodes.stop()
+  assert not os.path.exists(tmp_path / 'run' / 'config.json')
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (dict(reverb_address=''), 'go together'),
+    (dict(num_actors=2), 'num_actors must be 0'),
+    (dict(replay='prioritized'), 'uniform replay'),
+])
+def test_remote_learner_settings_are_checked(tmp_path, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    online.train_online(_config(tmp_path, 1, **overrides),
+                        show_progress=False)
