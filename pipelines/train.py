@@ -33,28 +33,41 @@ Examples:
       --gin_file configs/td3_bc_d4rl.gin \
       --gin_bindings 'AgentConfig.actor_layers = (64, 64)'
 
+  # From a table another process serves; wait up to 5 minutes for that
+  # server if it goes away (the default: fail within seconds).
+  python -m pipelines.train --agent td3_bc --reverb_address localhost:8000 \
+      --reconnect --reconnect_timeout_s 300
+
 Everything of a run goes to --root_dir: checkpoints (agent and Reverb
 tables), TensorBoard summaries, eval.jsonl, learning_curve.png and
-config.json (the config dataclass the run got). Running the same command
-again resumes from there. The last stdout line is a JSON
-summary. Bad input ends the run with one line on stderr, exit code 1 (2 for
-bad flags).
+config.json (the config the run got, written once training starts).
+Running the same command again resumes from there; a command whose settings
+differ from the recorded ones (agent, env, dataset and its content, table,
+replay, feed, seed, hyper-parameters; not the budget or the schedules) is
+refused. The last stdout line is a JSON summary. Bad input, a training
+failure or a lost server ends the run with one line on stderr, exit code 1
+(2 for bad flags, 130 for Ctrl-C); a run that fails before training starts
+leaves nothing in --root_dir.
 """
 
-import json
+# Before anything imports tensorflow: quiets the C++ start-up logs.
+from pipelines import cli  # pylint: disable=g-bad-import-order
+
+import json  # pylint: disable=g-import-not-at-top,wrong-import-order
 import os
+import signal
+import socket
+import sys
+import threading
+import time
 import tokenize
-from typing import Any
+from typing import Any, NoReturn
 
-# TensorFlow's C++ start-up chatter would bury the errors and the summary.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 import gin
 import tensorflow as tf
 
-from pipelines import cli
 from pipelines import common_flags
 from rlds_reverb import datasets
 from rlds_reverb import her
@@ -235,6 +248,15 @@ _FINETUNE = flags.DEFINE_integer(
     'online_finetune_steps', 0, 'Offline agents: after the offline phase, '
     'this many env steps online; batches are half offline, half online.',
     lower_bound=0)
+_RECONNECT = flags.DEFINE_bool(
+    'reconnect', False, 'With --reverb_address: when the server stops '
+    'answering, wait up to --reconnect_timeout_s for it to come back '
+    '(saying so on stderr, and on its return what the table holds now '
+    'against before), then go on. Without it, a lost server ends the run '
+    'with one line within seconds.')
+_RECONNECT_TIMEOUT = flags.DEFINE_float(
+    'reconnect_timeout_s', 300.0, 'With --reconnect: seconds to wait for a '
+    'lost server.', lower_bound=1.0)
 
 
 # dqn's own defaults (RL Zoo's CartPole-v1 DQN) for flags left unset.
@@ -380,6 +402,8 @@ def _offline_config() -> offline.OfflineConfig:
       feed=_FEED.value, n_step=_N_STEP.value,
       her_config=_her_config(), her_normalize=_HER_NORMALIZE.value,
       exploration_noise=_EXPLORATION_NOISE.value,
+      reconnect_timeout_s=(_RECONNECT_TIMEOUT.value if _RECONNECT.value
+                           else 0.0),
       seed=_SEED.value, agent_config=_agent_config())
 
 
@@ -434,6 +458,56 @@ def _parse_gin() -> None:
     _usage_error(f'gin: {cli.one_line(e)}')
 
 
+def _exit_now(line: str, code: int) -> NoReturn:
+  """Prints `line` on stderr and ends the process now, whatever its threads
+  are doing (one may be blocked in Reverb's C++ sampler)."""
+  try:
+    sys.stdout.flush()
+    # On a line of its own: the progress bar, never closed, is mid-line.
+    print(f'\n{line}', file=sys.stderr, flush=True)
+  except (OSError, ValueError):
+    pass
+  os._exit(code)  # pylint: disable=protected-access
+
+
+def _interrupted_line(root_dir: str) -> str:
+  return f'interrupted; rerun the same command to resume from {root_dir}'
+
+
+class _InterruptGuard:
+  """Ctrl-C ends train even while the main thread is blocked in C++.
+
+  Python runs its SIGINT handler (KeyboardInterrupt) in the main thread,
+  between bytecodes: a main thread waiting inside Reverb's C++ sampler on a
+  dead server never gets there. The C-level handler still writes the signal
+  number to the wakeup fd: a thread reads it and, if the main thread has not
+  reached its KeyboardInterrupt handler `grace_s` later, prints the
+  interrupted line and exits 130 itself.
+  """
+
+  def __init__(self, message: str, grace_s: float = 5.0):
+    self.handled = False
+    self._message, self._grace_s = message, grace_s
+    # A background job inherits SIGINT ignored; Ctrl-C must work anyway.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    self._read, write = socket.socketpair()
+    write.setblocking(False)
+    self._write = write  # Kept open for the process's lifetime.
+    signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=self._watch, name='interrupt guard',
+                     daemon=True).start()
+
+  def _watch(self) -> None:
+    while True:
+      data = self._read.recv(64)
+      if not data:
+        return
+      if signal.SIGINT in data:
+        time.sleep(self._grace_s)
+        if not self.handled:
+          _exit_now(f'{_PROG}: error: {self._message}', 130)
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -443,14 +517,22 @@ def main(argv: list[str]) -> None:
     _usage_error('pass --dataset or --reverb_address, not both')
   cli.quiet_logging()
   _parse_gin()
+  if (_RECONNECT.value or flags.FLAGS['reconnect_timeout_s'].present) and (
+      not _REVERB_ADDRESS.value):
+    _usage_error('--reconnect and --reconnect_timeout_s are for a remote '
+                 'table: pass --reverb_address')
   offline_run = bool(_DATASET.value or _REVERB_ADDRESS.value)
   try:
     config = _offline_config() if offline_run else _online_config()
   except ValueError as e:  # A config field's own check, e.g. a bound value.
     _usage_error(str(e))
+  interrupted = _interrupted_line(config.root_dir)
+  guard = _InterruptGuard(interrupted)
   try:
     if offline_run:
-      summary = offline.train_offline(config)
+      summary = offline.train_offline(
+          config, on_server_lost=lambda e: _exit_now(
+              f'{_PROG}: error: {cli.one_line(e)}', 1))
     else:
       record = online.train_online(config)
       summary = {'agent': config.agent, 'env': config.env,
@@ -465,9 +547,8 @@ def main(argv: list[str]) -> None:
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
   except KeyboardInterrupt:
-    cli.fail(_PROG, RuntimeError(
-        f'interrupted; rerun the same command to resume from '
-        f'{config.root_dir}'), code=130)
+    guard.handled = True
+    cli.fail(_PROG, RuntimeError(interrupted), code=130)
   summary['root_dir'] = config.root_dir
   print(json.dumps(summary), flush=True)
 

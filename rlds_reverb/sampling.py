@@ -19,15 +19,27 @@ element: the raw samples are batched first, then one vectorised map per batch
 drops the sample info and casts floats. Extra readers (for machines with
 free cores) run in parallel as whole-batch streams, so their interleave
 costs one hand-over per batch.
+
+A dead server: Reverb's dataset op then waits inside C++ (no error, no
+deadline, deaf to Ctrl-C) and goes on by itself if the server comes back.
+`ServerWatch` is the deadline: a thread that asks the server for the
+table's size every few seconds and, when it does not answer, either waits
+for it (a `server_link.ServerLink` with `reconnect_s`, saying so and what it
+found on return) or ends the process: the thread blocked in C++ cannot be
+interrupted, so `exit_process` prints one line and calls `os._exit(1)`.
 """
 
 import numbers
-from typing import Any, List, Optional, Sequence
+import os
+import sys
+import threading
+from typing import Any, Callable, List, Optional, Sequence
 
 import reverb
 import tensorflow as tf
 import tree
 
+from rlds_reverb import server_link
 from rlds_reverb import tables
 
 # Batches kept ready after the last map: the learner's next step never waits
@@ -282,3 +294,62 @@ def mixed_dataset(datasets: Sequence[tf.data.Dataset],
       lambda *batches: tf.nest.map_structure(
           lambda *parts: tf.concat(parts, axis=0), *batches)).prefetch(
               _PREFETCH_BATCHES)
+
+
+def exit_process(error: BaseException) -> None:
+  """Prints `error: <message>` on stderr and ends the process (exit 1).
+
+  `os._exit`: the main thread may be blocked inside Reverb's C++ sampler,
+  where no exception or signal reaches it; nothing else would end it.
+  """
+  message = ' '.join(str(error).split()) or type(error).__name__
+  try:
+    sys.stdout.flush()
+    print(f'error: {message}', file=sys.stderr, flush=True)
+  except (OSError, ValueError):
+    pass
+  os._exit(1)  # pylint: disable=protected-access
+
+
+class ServerWatch:
+  """Watches the server a streaming dataset samples, from a thread.
+
+  Every `interval_s` it asks for the table's size through `link` (with the
+  link's deadline). A lost server is waited for if the link reconnects
+  (`ServerLink.wait` reports what it found on return); otherwise, or if the
+  server does not come back in time (or comes back with the table empty),
+  `on_lost(error)` is called from the watch's thread, by default
+  `exit_process`. Use as a context manager around the training loop.
+  """
+
+  def __init__(self, link: server_link.ServerLink, client: reverb.Client, *,
+               interval_s: float = 2.0,
+               on_lost: Callable[[BaseException], None] = exit_process):
+    if not interval_s > 0:
+      raise ValueError(f'interval_s must be > 0, got {interval_s!r}.')
+    self._link, self._client = link, client
+    self._interval_s, self._on_lost = interval_s, on_lost
+    self._stop = threading.Event()
+    self._thread = threading.Thread(
+        target=self._run, name=f'watch {link.address}', daemon=True)
+
+  def __enter__(self) -> 'ServerWatch':
+    self._thread.start()
+    return self
+
+  def __exit__(self, *_) -> None:
+    self.stop()
+
+  def stop(self) -> None:
+    self._stop.set()
+
+  def _run(self) -> None:
+    what = f'sampling table {self._link.table!r}'
+    while not self._stop.wait(self._interval_s):
+      try:
+        # Not own_deadline: the error names `what`, not the probe.
+        self._link.call(lambda: self._link.table_size(self._client), what)
+      except tables.ServerUnavailableError as e:
+        if not self._stop.is_set():
+          self._on_lost(e)
+        return

@@ -192,6 +192,8 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
      "TFDS dataset 'd4rl_mujoco_halfcheetah/v2-medium' is not prepared"),
     (['--agent', 'bc', '--reverb_address', 'localhost:1'],
      'cannot reach Reverb server at localhost:1'),
+    (['--agent', 'sac', '--reconnect'],
+     '--reconnect and --reconnect_timeout_s are for a remote table'),
     (['--agent', 'td3_bc', '--dataset', 'x', '--reverb_address', 'y:1'],
      'not both'),
     (['--agent', 'sac', '--batch_size', '0'], 'flag --batch_size=0'),

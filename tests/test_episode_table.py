@@ -1,9 +1,17 @@
 """rlds_reverb.replay.episode_table: reading whole-episode tables once per
 pass, on a real Reverb server."""
 
+import shutil
+import tempfile
+import threading
+import time
+
 from absl.testing import absltest
+import reverb
 
 import rlds_reverb
+from rlds_reverb import server_link
+from rlds_reverb import tables
 from rlds_reverb.replay import episode_table
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from conftest import _Server  # pylint: disable=g-bad-import-order
@@ -64,10 +72,6 @@ class EpisodeReaderTest(absltest.TestCase):
       episode_table.EpisodeReader(self.server.client, 'pairs')
 
 
-if __name__ == '__main__':
-  absltest.main()
-
-
 def test_online_memory_deletes_what_it_evicts_from_the_table():
   """The store holds what the memory holds: evicted episodes leave both."""
   from rlds_reverb.replay import follow  # pylint: disable=g-import-not-at-top
@@ -94,3 +98,72 @@ def test_online_memory_deletes_what_it_evicts_from_the_table():
     assert {e.key for e in left} == kept
   finally:
     server.stop()
+
+
+class ReaderOnALostServerTest(absltest.TestCase):
+  """A reader's calls have deadlines; with a link it waits for the server."""
+
+  def setUp(self):
+    super().setUp()
+    self.rlds = fx.make_rlds(fx.episodes_with_lengths([4, 3, 6, 1, 2]))
+    self.spec = rlds_reverb.create_trajectory_data_spec(self.rlds)
+    self.checkpoints = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.checkpoints, ignore_errors=True)
+    self.server = self._serve(None)
+    self.port = self.server.port
+    self.address = f'localhost:{self.port}'
+    self.client = reverb.Client(self.address)
+    rlds_reverb.push_rlds_to_table(self.rlds, self.client, 'episodes',
+                                   sequence_length=None,
+                                   priority=episode_table.UNREAD)
+    self.client.checkpoint()  # Before any read: every episode unread.
+
+  def _serve(self, port):
+    server = reverb.Server(
+        [episode_table.make_table('episodes', self.spec, max_episodes=100)],
+        port=port, checkpointer=reverb.checkpointers.DefaultCheckpointer(
+            self.checkpoints))
+    self.addCleanup(server.stop)
+    return server
+
+  def test_lost_server_fails_within_the_deadline(self):
+    reader = episode_table.EpisodeReader(self.client, 'episodes',
+                                         timeout_s=2)
+    self.server.stop()
+    start = time.monotonic()
+    with self.assertRaises(tables.ServerUnavailableError) as raised:
+      reader.read_all()
+    self.assertLess(time.monotonic() - start, 15)
+    message = str(raised.exception)
+    self.assertIn(self.address, message)
+    self.assertIn("table 'episodes'", message)
+    self.assertNotIn('\n', message)
+
+  def test_reconnect_goes_on_and_reads_each_episode_once(self):
+    lines = []
+    link = server_link.ServerLink(self.address, 'episodes', reconnect_s=60,
+                                  timeout_s=2, report=lines.append)
+    server_link.attach(self.client, link)
+    reader = episode_table.EpisodeReader(self.client, 'episodes')
+    episodes = reader.iter_all()
+    first = [next(episodes), next(episodes)]
+    self.server.stop()
+    # Back from the checkpoint of before the read: the two episodes read
+    # are unread there again.
+    threading.Timer(3, lambda: self._serve(self.port)).start()
+    rest = list(episodes)
+    keys = [e.key for e in first + rest]
+    self.assertLen(keys, 5)
+    self.assertLen(set(keys), 5)
+    self.assertLen(lines, 2, lines)
+    self.assertStartsWith(lines[0], f'lost Reverb server at {self.address} '
+                          'while')
+    self.assertIn('waiting up to 60s', lines[0])
+    self.assertIn("is back after", lines[1])
+    self.assertIn("table 'episodes' holds 5 items, as before the loss",
+                  lines[1])
+    self.assertEqual(link.reconnects, 1)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -2,13 +2,19 @@
 
 In training (rlds_reverb.learners.run / loop): an op error becomes the op's
 own message with the phase and the step, a non-finite loss stops training at
-its step.
+its step. On a remote table (pipelines.train --reverb_address): a killed
+server ends the learner within a bound, or with --reconnect is waited for
+(and Ctrl-C still ends it).
 """
 
 import os
 import pathlib
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import tensorflow as tf
@@ -111,3 +117,118 @@ def test_training_failure_is_one_short_line(tmp_path):
                          'gradient step '), line
   assert 'inf or nan' in line or 'loss became' in line, line
   assert len(line) < 300 and 'File "' not in line, line
+
+
+# A learner on a remote table whose server is killed (loopback only).
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+class _Lines:
+  """A subprocess's stderr (or stdout), line by line, read by a thread."""
+
+  def __init__(self, stream):
+    self.lines = []
+    self._thread = threading.Thread(target=self._read, args=(stream,),
+                                    daemon=True)
+    self._thread.start()
+
+  def _read(self, stream):
+    for line in stream:
+      self.lines.append(line.rstrip('\n'))
+
+  def wait_for(self, text: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+      for line in list(self.lines):
+        if text in line:
+          return line
+      time.sleep(0.2)
+    raise AssertionError(f'no {text!r} in {timeout_s}s: {self.lines[-20:]}')
+
+
+def _serve(data, port, checkpoints):
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'pipelines.serve', '--dataset', data, '--port',
+       str(port), '--checkpoint_dir', checkpoints], cwd=REPO, env=ENV,
+      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  _Lines(process.stdout).wait_for('serving table', 120)
+  return process
+
+
+def _wait_for_file(path, process, timeout_s=120):
+  deadline = time.monotonic() + timeout_s
+  while not os.path.exists(path):
+    assert process.poll() is None, process.stderr.read()
+    assert time.monotonic() < deadline, f'no {path}'
+    time.sleep(0.2)
+
+
+def test_killed_server_ends_a_streaming_learner_or_is_waited_for(tmp_path):
+  """kill -9 of the server: one learner fails within a bound naming the
+  address; one with --reconnect waits, says what it found on the server's
+  return, and ends on Ctrl-C with its one line (exit 130)."""
+  from rlds_reverb import datasets  # pylint: disable=g-import-not-at-top
+  from rlds_reverb import push  # pylint: disable=g-import-not-at-top
+  import reverb  # pylint: disable=g-import-not-at-top
+  data = str(tmp_path / 'hc')
+  recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=1,
+                             max_episode_steps=30, show_progress=False)
+  port, checkpoints = _free_port(), str(tmp_path / 'ckpt')
+  address = f'localhost:{port}'
+  server = _serve(data, port, checkpoints)
+  learners = []
+  try:
+    client = reverb.Client(address)
+    push.push_rlds_to_table(datasets.load(data), client, 'rlds')
+    client.checkpoint()
+    size = client.server_info()['rlds'].current_size
+    common = ['--agent', 'bc', '--feed', 'stream', '--reverb_address',
+              address, '--steps', '10000000', '--eval_interval', '10000000',
+              '--checkpoint_interval', '10000000', '--batch_size', '16']
+    for name, extra in (('fail', []), ('wait', ['--reconnect',
+                                                '--reconnect_timeout_s',
+                                                '120'])):
+      root = str(tmp_path / name)
+      process = subprocess.Popen(
+          [sys.executable, '-m', 'pipelines.train', *common, '--root_dir',
+           root, *extra], cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+          stderr=subprocess.PIPE, text=True)
+      learners.append(process)
+      _wait_for_file(os.path.join(root, 'config.json'), process)
+    failing, waiting = learners
+    waiting_err = _Lines(waiting.stderr)
+    server.kill()  # kill -9
+    server.wait()
+    killed = time.monotonic()
+    _, err = failing.communicate(timeout=60)
+    assert time.monotonic() - killed < 40
+    assert failing.returncode == 1, err
+    errors = [l for l in err.splitlines() if 'error' in l]
+    assert len(errors) == 1 and 'Traceback' not in err, err
+    assert errors[0].startswith('train: error:'), err
+    assert errors[0].startswith(f'train: error: Reverb server at {address} '),\
+        errors[0]
+    assert "sampling table 'rlds'" in errors[0], errors[0]
+
+    waiting_err.wait_for(f'lost Reverb server at {address} while sampling '
+                         "table 'rlds'; waiting up to 120s", 40)
+    server = _serve(data, port, checkpoints)  # Same port, its checkpoint.
+    back = waiting_err.wait_for('is back after', 60)
+    assert f"table 'rlds' holds {size} items, as before the loss" in back
+    assert waiting.poll() is None
+    waiting.send_signal(signal.SIGINT)
+    assert waiting.wait(timeout=30) == 130
+    time.sleep(0.5)  # The reader thread takes the last lines.
+    assert waiting_err.lines[-1] == ('train: error: interrupted; rerun the '
+                                     'same command to resume from '
+                                     f'{tmp_path / "wait"}'), waiting_err.lines
+  finally:
+    for process in learners + [server]:
+      if process.poll() is None:
+        process.kill()
+        process.wait()

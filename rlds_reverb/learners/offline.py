@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import gin
 import numpy as np
@@ -31,6 +31,8 @@ from rlds_reverb import convert
 from rlds_reverb import datasets
 from rlds_reverb import her
 from rlds_reverb import per
+from rlds_reverb import sampling
+from rlds_reverb import server_link
 from rlds_reverb import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
@@ -49,6 +51,8 @@ FEEDS = ('memory', 'stream')
 # Agents that train offline from goal data with hindsight relabelling.
 HER_OFFLINE_AGENTS = ('td3', 'td3_bc', 'sac')
 NORMALIZATION_FILE = 'observation_stats.npz'
+# Deadline of writing PER priorities back to a remote table (one item).
+_WRITE_BACK_TIMEOUT_S = 60.0
 
 
 @gin.configurable
@@ -113,6 +117,9 @@ class OfflineConfig:
   """Goal-conditioned data: hindsight relabelling (None: off)."""
   her_normalize: bool = True
   """HER: running observation/goal normalisation."""
+  reconnect_timeout_s: float = 0.0
+  """reverb_address: seconds to wait for a lost server to come back (then
+  go on, saying what it found); 0: fail within the calls' deadline."""
   seed: int = 0
   """Seed of TensorFlow, the evaluation episodes and fine-tuning's actor."""
   agent_config: agents.AgentConfig = dataclasses.field(
@@ -147,6 +154,11 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
                'checkpoint_interval', 'train_every'):
     if getattr(config, name) < 1:
       raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  if not config.reconnect_timeout_s >= 0 or (config.reconnect_timeout_s and
+                                            not config.reverb_address):
+    raise ValueError('reconnect_timeout_s must be >= 0, and > 0 only with '
+                     'a remote table (reverb_address); got '
+                     f'{config.reconnect_timeout_s}')
   if config.online_finetune_steps < 0:
     raise ValueError('online_finetune_steps must be >= 0, got '
                      f'{config.online_finetune_steps}')
@@ -254,37 +266,49 @@ def _checked_data(config: OfflineConfig, specs: envs.EnvSpecs
   return rlds_data, convert.create_trajectory_data_spec(rlds_data)
 
 
-def train_offline(config: OfflineConfig, *, show_progress: bool = True
-                  ) -> dict:
+def train_offline(config: OfflineConfig, *, show_progress: bool = True,
+                  on_server_lost: Callable[[BaseException], None] =
+                  sampling.exit_process) -> dict:
   """Runs the offline phase (and fine-tuning); returns the final summary.
 
   A root_dir with a run in it is resumed if its recorded config allows
   (`resume.check_resumable`); config.json is written once training starts,
   and a run that fails before that leaves nothing behind in root_dir.
 
+  A remote table (reverb_address): every call on the server has a
+  deadline; with reconnect_timeout_s a lost server is waited for (see
+  `server_link`). The streaming feed blocks inside Reverb's C++ sampler when
+  its server dies, so a `sampling.ServerWatch` thread watches the server and
+  calls `on_server_lost(error)` when it is gone for good; the default,
+  `sampling.exit_process`, prints the error and ends the process (exit 1).
+
   Raises:
     resume.ResumeMismatchError: root_dir holds a run of other settings.
     ValueError, RuntimeError, OSError: bad config, data or table.
+    tables.ServerUnavailableError: the remote server stopped answering
+      (a ConnectionError; `server_link.ServerLostError` when it did not come
+      back within reconnect_timeout_s).
     run.TrainingError: training failed (an op error, a non-finite loss).
   """
   specs = envs.env_specs(config.env)
   _check(config, specs)
   record = resume.check_resumable(config.root_dir, config)
   with resume.RunDirectory(config.root_dir, record) as run_dir:
-    return _train_offline(config, specs, run_dir, show_progress)
+    return _train_offline(config, specs, run_dir, show_progress,
+                          on_server_lost)
 
 
 def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
-                   run_dir: resume.RunDirectory, show_progress: bool) -> dict:
+                   run_dir: resume.RunDirectory, show_progress: bool,
+                   on_server_lost: Callable[[BaseException], None]) -> dict:
   tf.random.set_seed(config.seed)
   rlds_data, data_spec = _checked_data(config, specs)
   reward_env = (envs.make_env(config.env) if config.her_config is not None
                 else None)
   server, client, address = None, None, config.reverb_address
+  link, watch = None, None
   if config.reverb_address:
-    client = tables.connect(config.reverb_address)
-    external = offline_data.existing_table(client, address, config.table,
-                                           specs)
+    client, link, external = _connect(config, specs)
     data_spec = external.data_spec
   replay = (_replay(config, specs, data_spec, reward_env)
             if config.feed == 'memory' else None)
@@ -301,6 +325,10 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
   if finetune_replay is not None:
     local_tables += finetune_replay.tables()
   try:
+    if link is not None and config.feed == 'stream':
+      # Sampling blocks inside Reverb's C++ when the server dies.
+      watch = sampling.ServerWatch(link, client, on_lost=on_server_lost)
+      watch.__enter__()
     if local_tables:
       # Checkpointed with the run: a resumed run neither pushes again nor
       # loses its online data.
@@ -309,8 +337,12 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
     local_client = server.localhost_client() if server else None
     if not config.reverb_address:
       client, address = local_client, f'localhost:{server.port}'
-    data = _fill_table(config, rlds_data, data_spec, client, address,
-                       show_progress)
+    data = (link.call(lambda: _fill_table(
+        config, rlds_data, data_spec, client, address, show_progress),
+                      f'reading table {config.table!r}', own_deadline=True)
+            if link else
+            _fill_table(config, rlds_data, data_spec, client, address,
+                        show_progress))
     if config.prioritized and config.feed == 'stream':
       per.check_prioritized(client, config.table)
     agent = agents.make_agent(config.agent, specs.time_step_spec,
@@ -344,10 +376,13 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                                    max_priority)
     if train_step is not None:
       learner.set_train_step(train_step)
+    write_back = (lambda: replay.write_back(client)) if replay else (
+        lambda: None)
+    if replay is not None and link is not None:
+      write_back = lambda: _write_back(replay, client, link)
     this_run = run.Run(
         learner, config.agent, specs, config.root_dir, client=local_client,
-        write_back=(lambda: replay.write_back(client)) if replay else
-        (lambda: None),
+        write_back=write_back,
         view=replay.actor_view() if replay else None,
         refresh_view=replay.refresh_actor_view if replay else (lambda: None),
         normalizer=getattr(replay, 'normalizer', None),
@@ -410,10 +445,42 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                                evaluate, show_progress))
     return summary
   finally:
+    if watch is not None:
+      watch.stop()
     if reward_env is not None:
       reward_env.close()
     if server is not None:
       server.stop()
+
+
+def _write_back(replay: Any, client: Any,
+                link: server_link.ServerLink) -> None:
+  """The replay's write-back to a remote table, within deadlines: a ping
+  with the link's, then the write with a longer one."""
+  what = f'writing priorities back to table {link.table!r}'
+  link.call(lambda: link.table_size(client), what, own_deadline=True)
+  link.call(lambda: replay.write_back(client), what,
+            timeout_s=_WRITE_BACK_TIMEOUT_S)
+
+
+def _connect(config: OfflineConfig, specs: envs.EnvSpecs
+             ) -> tuple[Any, server_link.ServerLink, offline_data.TableData]:
+  """The remote table: a client with its link (deadlines; waiting for a
+  lost server with reconnect_timeout_s), and what the table holds."""
+  address, table = config.reverb_address, config.table
+  link = server_link.ServerLink(address, table,
+                                reconnect_s=config.reconnect_timeout_s)
+  try:
+    client = tables.connect(address)
+  except ConnectionError as e:
+    link.wait('connecting', e)  # Raises unless reconnecting.
+    client = tables.connect(address)
+  server_link.attach(client, link)
+  external = link.call(
+      lambda: offline_data.existing_table(client, address, table, specs),
+      f'reading table {table!r}', own_deadline=True)
+  link.note_size(external.table_size)
+  return client, link, external
 
 
 def _last_offline_record(learner: loop.Learner,

@@ -33,11 +33,12 @@ CONFIG_FILE = 'config.json'
 # Keys that the record adds to the config's own fields.
 KIND_KEY = 'run_kind'
 FINGERPRINT_KEY = 'dataset_fingerprint'
-# What a resumed run may change: budgets, schedules, where data is found.
+# What a resumed run may change: budgets, schedules, where data is found,
+# how long to wait for a lost server.
 MAY_CHANGE = frozenset({
     'root_dir', 'train_steps', 'env_steps', 'online_finetune_steps',
     'eval_interval', 'eval_episodes', 'checkpoint_interval',
-    'snapshot_interval', 'data_dir', 'download',
+    'snapshot_interval', 'data_dir', 'download', 'reconnect_timeout_s',
     # The pipeline anneals PER's beta over the whole budget.
     'per_config.beta_steps'})
 # What in a root_dir means a run has saved state there.

@@ -14,6 +14,9 @@ the priority records when the item was last read by a learner:
   * an incremental read (`read_new`) takes items while the heap's top is
     still unread, which is how a learner picks up what actors wrote since.
 
+A reader's calls on the server have deadlines, and a client with a
+`server_link.ServerLink` attached waits for a lost server to come back.
+
 The same table is the store of record (checkpoints, remote writers) and the
 learner's queue, and the episode keys stay the table's own, so per-step
 state such as PER priorities can be written back against them. One learner
@@ -31,6 +34,7 @@ import reverb
 import tree
 from tf_agents.specs import tensor_spec
 
+from rlds_reverb import server_link
 from rlds_reverb import tables
 
 UNREAD = 0.0
@@ -111,15 +115,32 @@ def check_table_kind(client: reverb.Client, table: str, *,
 
 
 class EpisodeReader:
-  """Takes episodes out of an episode table without removing them."""
+  """Takes episodes out of an episode table without removing them.
+
+  Every server call has a deadline: a server that does not answer raises
+  `tables.ServerUnavailableError` (naming the address and the call) within
+  `timeout_s`, unless the client carries a `server_link.ServerLink` that
+  waits for the server to come back (then the read goes on, and a full read
+  that met a server restored from an older checkpoint still takes each
+  episode once).
+  """
 
   def __init__(self, client: reverb.Client, table: str, *,
-               clock: Callable[[], float] = time.time):
-    check_episode_table(client, table)
+               clock: Callable[[], float] = time.time,
+               timeout_s: float = tables.DEFAULT_TIMEOUT_S):
     self._client, self._table = client, table
+    self._link = server_link.of(client) or server_link.ServerLink(
+        client.server_address, table, timeout_s=timeout_s)
+    self._call(lambda: check_episode_table(client, table),
+               f'checking table {table!r}', own_deadline=True)
     self._clock, self._last = clock, 0.0
-    self._signature = tables.get_table_signature(client, table)
+    self._signature = self._call(
+        lambda: tables.get_table_signature(client, table),
+        f'reading the signature of table {table!r}', own_deadline=True)
     self.items_read = 0
+
+  def _call(self, fn: Callable[[], Any], what: str, **kwargs: Any) -> Any:
+    return self._link.call(fn, what, **kwargs)
 
   def _now(self) -> float:
     """Strictly increasing read times, above every earlier reader's."""
@@ -127,27 +148,39 @@ class EpisodeReader:
     return self._last
 
   def _size(self) -> int:
-    return tables.get_table_info(self._client, self._table).current_size
+    return self._call(lambda: self._link.table_size(self._client),
+                      f'reading the size of table {self._table!r}',
+                      own_deadline=True)
 
   def _take(self) -> Optional[tuple[reverb.SampleInfo, List[np.ndarray]]]:
     """The heap's top item (the least recently read), or None if empty."""
     if self._size() == 0:  # Sampling an empty table would block.
       return None
-    sample = next(self._client.sample(self._table, 1, emit_timesteps=False))
+    # A new sampler per call: one that met a lost server is done for.
+    sample = self._call(
+        lambda: next(self._client.sample(self._table, 1,
+                                         emit_timesteps=False)),
+        f'sampling table {self._table!r}')
     sample = sample[0] if isinstance(sample, list) else sample
     return sample.info, sample.data
+
+  def _mark_read(self, key: int) -> None:
+    self._call(lambda: self._client.mutate_priorities(
+        self._table, updates={key: self._now()}),
+               f'marking an episode of table {self._table!r} read')
 
   def _episode(self, info: Any, columns: List[np.ndarray]) -> Episode:
     data = tree.unflatten_as(self._signature,
                              [np.asarray(c) for c in columns])
-    self._client.mutate_priorities(
-        self._table, updates={int(info.key): self._now()})
+    self._mark_read(int(info.key))
     self.items_read += 1
     return Episode(int(info.key), data)
 
   def iter_all(self) -> Iterator[Episode]:
     """Every episode in the table once, least recently read first."""
     seen = set()
+    reconnects = self._link.reconnects
+    started = self._now()
     while True:
       taken = self._take()
       if taken is None:
@@ -155,6 +188,12 @@ class EpisodeReader:
       info, columns = taken
       key = int(np.asarray(info.key).reshape(()))
       if key in seen:
+        # A server restored from a checkpoint of before this pass began
+        # forgot that we read `key`: mark it again and go on.
+        priority = float(np.asarray(info.priority).reshape(()))
+        if self._link.reconnects != reconnects and priority < started:
+          self._mark_read(key)
+          continue
         return
       seen.add(key)
       yield self._episode(info, columns)
