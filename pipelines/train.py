@@ -248,6 +248,16 @@ _FINETUNE = flags.DEFINE_integer(
     'online_finetune_steps', 0, 'Offline agents: after the offline phase, '
     'this many env steps online; batches are half offline, half online.',
     lower_bound=0)
+_NUM_ACTORS = flags.DEFINE_integer(
+    'num_actors', 1, 'Online: 1, this process acts and learns; 0, actors are '
+    'other processes (pipelines.act) writing episodes into the episode table '
+    'of the server at --reverb_address (pipelines.serve --env): the learner '
+    'reads them on the single-process schedule (--utd gradient steps per '
+    'env step read, from --initial_collect_steps on) and publishes its '
+    'weights there. See docs/distributed.md.', lower_bound=0, upper_bound=1)
+_PUBLISH_EVERY = flags.DEFINE_integer(
+    'publish_every', 1000, 'With --num_actors 0: gradient steps between '
+    "publications of the learner's weights to the actors.", lower_bound=1)
 _RECONNECT = flags.DEFINE_bool(
     'reconnect', False, 'With --reverb_address: when the server stops '
     'answering, wait up to --reconnect_timeout_s for it to come back '
@@ -417,6 +427,7 @@ def _online_config() -> online.OnlineConfig:
   if _FINETUNE.value:
     _usage_error('--online_finetune_steps continues an offline run: pass '
                  '--dataset')
+  remote_actors = _NUM_ACTORS.value == 0
   cls = online.OnlineConfig
   env_steps = _setting(cls, 'env_steps', _value(_STEPS) or 300_000)
   initial_collect_steps = _setting(cls, 'initial_collect_steps',
@@ -442,6 +453,11 @@ def _online_config() -> online.OnlineConfig:
       feed=_FEED.value, n_step=_N_STEP.value,
       exploration_noise=_EXPLORATION_NOISE.value,
       random_action_probability=_RANDOM_ACTIONS.value,
+      num_actors=_NUM_ACTORS.value,
+      reverb_address=_REVERB_ADDRESS.value if remote_actors else '',
+      table=(common_flags.TABLE.value if common_flags.TABLE.present
+             else online.ONLINE_TABLE),
+      publish_every=_PUBLISH_EVERY.value,
       seed=_SEED.value, agent_config=_agent_config())
 
 
@@ -521,7 +537,19 @@ def main(argv: list[str]) -> None:
       not _REVERB_ADDRESS.value):
     _usage_error('--reconnect and --reconnect_timeout_s are for a remote '
                  'table: pass --reverb_address')
-  offline_run = bool(_DATASET.value or _REVERB_ADDRESS.value)
+  if _NUM_ACTORS.value == 0 and (_DATASET.value or
+                                 not _REVERB_ADDRESS.value):
+    _usage_error('--num_actors 0 learns from actor processes: pass '
+                 '--reverb_address of their server (pipelines.serve --env), '
+                 'and no --dataset')
+  if _NUM_ACTORS.value == 0 and _RECONNECT.value:
+    _usage_error('--reconnect is for offline learners on a remote table; a '
+                 'learner of actor processes (--num_actors 0) fails within '
+                 'its deadline and resumes from its checkpoint when rerun')
+  if _PUBLISH_EVERY.present and _NUM_ACTORS.value != 0:
+    _usage_error('--publish_every is for --num_actors 0')
+  offline_run = bool(_DATASET.value or _REVERB_ADDRESS.value) and (
+      _NUM_ACTORS.value != 0)
   try:
     config = _offline_config() if offline_run else _online_config()
   except ValueError as e:  # A config field's own check, e.g. a bound value.

@@ -110,3 +110,18 @@ def test_remote_learner_settings_are_checked(tmp_path, overrides, message):
   with pytest.raises(ValueError, match=message):
     online.train_online(_config(tmp_path, 1, **overrides),
                         show_progress=False)
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--num_actors', '0'], 'pass --reverb_address of their server'),
+    (['--publish_every', '10'], '--publish_every is for --num_actors 0'),
+])
+def test_train_flags_of_a_remote_learner(args, message):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  result = subprocess.run(
+      [sys.executable, '-m', 'pipelines.train', '--agent', 'dqn', '--env',
+       ENV, *args], capture_output=True, text=True, timeout=120,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert result.returncode == 2
+  assert message in result.stderr.strip().splitlines()[-1]

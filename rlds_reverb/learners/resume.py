@@ -39,6 +39,8 @@ MAY_CHANGE = frozenset({
     'root_dir', 'train_steps', 'env_steps', 'online_finetune_steps',
     'eval_interval', 'eval_episodes', 'checkpoint_interval',
     'snapshot_interval', 'data_dir', 'download', 'reconnect_timeout_s',
+    # A server restarted from its checkpoint may come up on another port.
+    'reverb_address', 'publish_every',
     # The pipeline anneals PER's beta over the whole budget.
     'per_config.beta_steps'})
 # What in a root_dir means a run has saved state there.
