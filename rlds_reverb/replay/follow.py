@@ -15,6 +15,7 @@ import numpy as np
 import reverb
 import tree
 
+from rlds_reverb import tables
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import memory as memory_lib
 
@@ -53,8 +54,13 @@ class TableFollower:
     data = [_as_float32(e.data) for e in episodes]
     added = self.memory.add(data, [e.key for e in episodes])
     if self._delete_evicted and len(added.evicted_keys):
-      self._client.mutate_priorities(
-          self._table, deletes=[int(k) for k in added.evicted_keys])
+      deletes = [int(k) for k in added.evicted_keys]
+      tables.call_with_deadline(
+          lambda: self._client.mutate_priorities(self._table,
+                                                 deletes=deletes),
+          timeout_s=tables.DEFAULT_TIMEOUT_S,
+          what=f'deleting {len(deletes)} evicted episodes from table '
+          f'{self._table!r}', address=self._client.server_address)
     if self._on_added is not None:
       self._on_added(added)
     if self._on_episodes is not None:

@@ -25,11 +25,15 @@ import tree
 
 from rlds_reverb import her
 from rlds_reverb import per
+from rlds_reverb import tables
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import follow
 from rlds_reverb.replay import hindsight
 from rlds_reverb.replay import memory as memory_lib
+
+# Restoring priorities reads one item of a table's size: more than a ping.
+_PRIORITY_TIMEOUT_S = 60.0
 
 # How actors write for the in-memory feed: whole episodes, unread.
 WRITER_KWARGS = {'sequence_length': None,
@@ -196,11 +200,23 @@ class PrioritizedReplay(UniformReplay):
         gamma=self.settings.gamma, transform=transform,
         max_priority=self.max_priority)
 
+  def _has_priority_table(self, client: reverb.Client) -> bool:
+    name = feeds.priority_table_name(self.settings.table)
+    return name in tables.call_with_deadline(
+        client.server_info, timeout_s=tables.DEFAULT_TIMEOUT_S,
+        what=f'looking for the priority table {name!r}',
+        address=client.server_address)
+
   def _after_start(self, client: reverb.Client) -> None:
     self._client = client
     self.feed()  # The sum tree starts with what start() read.
-    if feeds.priority_table_name(self.settings.table) in client.server_info():
-      feeds.restore_priorities(client, self.settings.table, self._feed)
+    if self._has_priority_table(client):
+      tables.call_with_deadline(
+          lambda: feeds.restore_priorities(client, self.settings.table,
+                                           self._feed),
+          timeout_s=_PRIORITY_TIMEOUT_S,
+          what=f'restoring the priorities of table {self.settings.table!r}',
+          address=client.server_address)
     else:
       print(f'table {self.settings.table!r} has no side table '
             f'{feeds.priority_table_name(self.settings.table)!r} (pipelines.'
@@ -216,7 +232,7 @@ class PrioritizedReplay(UniformReplay):
     return self.feed().train_step(agent)
 
   def write_back(self, client: reverb.Client) -> None:
-    if feeds.priority_table_name(self.settings.table) in client.server_info():
+    if self._has_priority_table(client):
       feeds.write_priorities(client, self.settings.table, self.feed())
 
 
