@@ -127,7 +127,10 @@ def test_holds_back_while_the_learner_has_unread_episodes(client, pendulum):
   seen = []
 
   def on_wait(kind, value):
-    """The learner: reads one episode each time the actor waits."""
+    """The learner: reads one episode each time the actor waits for it
+    (a slow write on a loaded machine is a wait of another kind)."""
+    if kind == 'write':
+      return
     assert kind == 'unread'
     seen.append(value)
     assert sender.unread_episodes(client, 'online') <= 2
