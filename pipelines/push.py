@@ -22,6 +22,11 @@ Examples:
   python -m pipelines.push --dataset DIR --reverb_address localhost:8000 \
       --resume
 
+  # Four worker processes, each a contiguous quarter of the split; the
+  # parent holds the barriers (docs/push.md, "Several processes").
+  python -m pipelines.push --dataset DIR --reverb_address localhost:8000 \
+      --num_workers 4
+
 Prints a progress bar on stderr, then one JSON line and one readable line of
 totals on stdout. Bad input ends the run with one line on stderr, exit code 1
 (2 for bad flags, 130 for Ctrl-C); the JSON line is printed in every case.
@@ -31,9 +36,14 @@ import contextlib
 import dataclasses
 import json
 import os
+import queue
 import re
 import signal
-from typing import Any, Iterator, Optional
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Optional
 
 # TensorFlow's C++ start-up chatter would bury the one-line errors and the
 # summary this tool prints. The caller can override.
@@ -50,6 +60,7 @@ from pipelines import common_flags
 from rlds_reverb import convert
 from rlds_reverb import datasets
 from rlds_reverb import push
+from rlds_reverb import shards as shards_lib
 from rlds_reverb import tables
 from rlds_reverb.replay import episode_table
 
@@ -74,11 +85,26 @@ _STRIDE_LENGTH = flags.DEFINE_integer(
 _PRIORITY = flags.DEFINE_float(
     'priority', 1.0, 'Priority of every item written (matters for a '
     'prioritized table).', lower_bound=0.0)
+_NUM_THREADS = flags.DEFINE_integer(
+    'num_threads', 2, 'Writer threads (of each worker process). They overlap '
+    "with reading and with each other (Reverb's writer releases the GIL). 1 "
+    "writes items in exactly TF-Agents' order; with more, episodes' items may "
+    'interleave.', lower_bound=1)
 _NUM_WORKERS = flags.DEFINE_integer(
-    'num_workers', 2, 'Writer threads. They overlap with reading and with '
-    "each other (Reverb's writer releases the GIL). 1 writes items in exactly "
-    "TF-Agents' order; with more, episodes' items may interleave.",
-    lower_bound=1)
+    'num_workers', 1, 'Worker processes: N > 1 splits the episodes of --split '
+    '(or the first --max_episodes) into N contiguous ranges, each pushed by a '
+    'process of its own (split[a:b]); this process holds the barriers '
+    '(checks the table holds the sum of what the workers confirmed, '
+    'checkpoints, records one state file) and prints the totals. --resume '
+    'continues every shard where it was recorded.', lower_bound=1)
+# Internal: set by a sharded push on its worker processes.
+_SHARD_INDEX = flags.DEFINE_integer(
+    'shard_index', -1, 'Internal (set by --num_workers on its workers): this '
+    'process pushes that shard and talks the barrier protocol on '
+    'stdin/stdout.')
+_SHARD_OFFSET = flags.DEFINE_integer(
+    'shard_offset', 0, 'Internal: index in the whole split of the first '
+    'episode of this worker\'s --split slice.', lower_bound=0)
 _ZERO_TERMINAL_DISCOUNT = flags.DEFINE_bool(
     'zero_terminal_discount', False, 'Zero the discount of the step that '
     'leads into a terminal state, so TD targets do not bootstrap through it '
@@ -168,7 +194,10 @@ class PushConfig:
   max_episodes: int = 0
   priority: float = 1.0
   zero_terminal_discount: bool = False
-  num_workers: int = 2
+  num_threads: int = 2
+  num_workers: int = 1
+  shard_index: int = -1
+  shard_offset: int = 0
   max_size: int = DEFAULT_MAX_SIZE
   sampler: str = 'uniform'
   alpha: float = 0.6
@@ -320,19 +349,21 @@ def open_table(config: PushConfig, spec: Any) -> Iterator[Target]:
 
 
 def make_ledger(config: PushConfig, target: Target,
-                dataset: tf.data.Dataset) -> push.PushLedger:
+                dataset: Optional[tf.data.Dataset],
+                fingerprint: Optional[dict] = None) -> push.PushLedger:
   """The ledger of this push: state file, checkpoints, size checks.
 
   Raises:
     push.ResumeError: See `push.PushLedger`; with advice on the flags.
     push.ServerUnavailableError: The server does not answer in time.
   """
-  cardinality = int(dataset.cardinality())
+  if fingerprint is None:
+    cardinality = int(dataset.cardinality())
+    fingerprint = config.fingerprint(cardinality if cardinality >= 0
+                                     else None)
   try:
     return push.PushLedger(
-        target.client, config.table,
-        fingerprint=config.fingerprint(cardinality if cardinality >= 0
-                                       else None),
+        target.client, config.table, fingerprint=fingerprint,
         state_path=config.state_file or None, resume=config.resume,
         checkpoints=bool(config.reverb_address or config.checkpoint_dir),
         timeout_s=config.server_timeout_s)
@@ -394,7 +425,7 @@ def push_dataset(dataset: tf.data.Dataset, target: Target,
           sequence_length=config.sequence_length,
           stride_length=config.stride_length, priority=config.priority,
           zero_terminal_discount=config.zero_terminal_discount, stats=stats,
-          progress=bar.update, num_workers=config.num_workers,
+          progress=bar.update, num_workers=config.num_threads,
           validate=not config.allow_nonfinite,
           allow_eviction=config.allow_eviction,
           timeout_s=config.server_timeout_s,
@@ -451,6 +482,345 @@ def serve(target: Target, config: PushConfig) -> None:
           flush=True)
 
 
+# ------------------------------------------------------ --num_workers N > 1
+
+
+def push_shard(config: PushConfig) -> None:
+  """A worker of a sharded push: pushes its --split slice into
+  --reverb_address, printing barrier lines (see `rlds_reverb.shards`) and,
+  at the end, its JSON summary on stdout; an error is one JSON line with
+  "shard_error" (the parent prints it), exit 1 (130 for Ctrl-C)."""
+  index = config.shard_index
+  stats = push.PushStats()
+  target = None
+  error, code = None, 0
+
+  def on_barrier(barrier_stats: push.PushStats, reason: str) -> None:
+    print(shards_lib.barrier_line(index, barrier_stats, reason), flush=True)
+    if reason == 'every':
+      line = sys.stdin.readline()
+      if line.strip() != shards_lib.GO:
+        raise RuntimeError('the parent process went away at a barrier')
+
+  try:
+    dataset, spec = load_dataset(config)
+    with open_table(config, spec) as target:
+      # Its stderr is a pipe the parent relays line by line: a refresh
+      # every few seconds, each a line of its own there.
+      with tqdm.tqdm(desc=f'{_PROG} {config.table} shard {index}',
+                     unit='step', mininterval=2.0, ascii=True) as bar:
+        push.push_rlds_to_table(
+            dataset, target.client, config.table,
+            sequence_length=config.sequence_length,
+            stride_length=config.stride_length, priority=config.priority,
+            zero_terminal_discount=config.zero_terminal_discount,
+            stats=stats, progress=bar.update,
+            num_workers=config.num_threads,
+            validate=not config.allow_nonfinite,
+            allow_eviction=config.allow_eviction,
+            timeout_s=config.server_timeout_s,
+            checkpoint_every=config.checkpoint_every, on_barrier=on_barrier,
+            first_episode=config.shard_offset)
+      report = make_report(stats, target, config)
+  except KeyboardInterrupt:
+    error, code = RuntimeError('interrupted'), 130
+  except cli.USER_ERRORS as e:
+    error, code = e, 1
+  if error is not None:
+    report = make_report(stats, target, config, error=error) if target else (
+        PushReport(stats.episodes, stats.steps, stats.items, stats.terminated,
+                   stats.truncated, stats.seconds, 0.0, config.table,
+                   config.reverb_address, None,
+                   error=cli.one_line(error)))
+  summary = dataclasses.asdict(report)
+  summary[shards_lib.ERROR_KEY] = cli.one_line(error) if error else None
+  print(json.dumps(summary), flush=True)
+  sys.exit(code)
+
+
+def _child_args(config: PushConfig, shard: shards_lib.Shard,
+                address: str) -> List[str]:
+  """The command line of the worker of `shard` (flags from `config`)."""
+  args = ['--dataset', config.dataset,
+          '--split', f'{config.split}[{shard.position}:{shard.stop}]',
+          '--reverb_address', address,
+          f'--connect_timeout_s={config.connect_timeout_s!r}',
+          '--table', config.table,
+          f'--stride_length={config.stride_length}',
+          f'--num_threads={config.num_threads}', '--num_workers=1',
+          f'--server_timeout_s={config.server_timeout_s!r}',
+          f'--checkpoint_every='
+          f'{config.checkpoint_every if config.state_file else 0}',
+          '--state_file=', f'--shard_index={shard.index}',
+          f'--shard_offset={shard.position}',
+          '--zero_terminal_discount' if config.zero_terminal_discount else
+          '--nozero_terminal_discount']
+  if config.feed_table:
+    args.append('--feed_table')
+  else:
+    args += [f'--sequence_length={config.sequence_length or 0}',
+             f'--priority={config.priority!r}']
+  if config.data_dir:
+    args += ['--data_dir', config.data_dir]
+  if not config.download:
+    args.append('--nodownload')
+  if config.allow_eviction:
+    args.append('--allow_eviction')
+  if config.allow_nonfinite:
+    args.append('--allow_nonfinite')
+  return args
+
+
+class _Workers:
+  """The worker processes of a sharded push and their stdout lines."""
+
+  def __init__(self, config: PushConfig, shards: List[shards_lib.Shard],
+               address: str):
+    self.events: 'queue.Queue[tuple]' = queue.Queue()
+    self.procs: Dict[int, subprocess.Popen] = {}
+    self.relays: List[threading.Thread] = []
+    for shard in shards:
+      if shard.finished:
+        continue
+      # A session of its own: a Ctrl-C at the terminal reaches the parent
+      # only, which passes one SIGINT on (a second would drop queued items).
+      proc = subprocess.Popen(
+          [sys.executable, '-m', 'pipelines.push',
+           *_child_args(config, shard, address)],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE, text=True, start_new_session=True)
+      self.procs[shard.index] = proc
+      for target in (self._read, self._relay):
+        thread = threading.Thread(target=target, args=(shard.index, proc),
+                                  daemon=True)
+        thread.start()
+        if target == self._relay:
+          self.relays.append(thread)
+
+  def _read(self, index: int, proc: subprocess.Popen) -> None:
+    for line in proc.stdout:
+      self.events.put((index, line))
+    self.events.put((index, None))
+
+  @staticmethod
+  def _relay(index: int, proc: subprocess.Popen) -> None:
+    """Passes the worker's stderr on, a line per progress refresh (text
+    mode reads tqdm's carriage returns as line ends)."""
+    del index  # Its progress lines name their shard.
+    for line in proc.stderr:
+      if line.strip():
+        with contextlib.suppress(OSError, ValueError):
+          sys.stderr.write(line.rstrip('\n') + '\n')
+
+  def go(self, shard: shards_lib.Shard) -> None:
+    with contextlib.suppress(OSError):  # A dead worker reports on its own.
+      self.procs[shard.index].stdin.write(f'{shards_lib.GO}\n')
+      self.procs[shard.index].stdin.flush()
+
+  def stop(self) -> None:
+    for proc in self.procs.values():
+      if proc.poll() is None:
+        with contextlib.suppress(OSError):
+          proc.send_signal(signal.SIGINT)
+
+  def kill(self) -> None:
+    for proc in self.procs.values():
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for thread in self.relays:  # Their last lines before the summary.
+      thread.join(timeout=2)
+
+
+def _handle(event: tuple, shards: List[shards_lib.Shard],
+            workers: _Workers) -> None:
+  """Applies a worker's line (or its end) to its shard."""
+  index, line = event
+  shard = shards[index]
+  if line is None:
+    shard.returncode = workers.procs[index].wait()
+    shard.finished, shard.waiting = True, False
+    if shard.returncode and not shard.error:
+      shard.error = (f'exited with code {shard.returncode}'
+                     if shard.returncode != 130 else 'interrupted')
+    return
+  data = shards_lib.parse_line(line)
+  if data is None:
+    return
+  if shards_lib.BARRIER_KEY in data:
+    shard.confirmed = data['position']
+    shard.confirmed_items = data['items']
+    shard.waiting = data[shards_lib.BARRIER_KEY] == 'every'
+  else:
+    shard.report = data
+    shard.error = data.get(shards_lib.ERROR_KEY) or shard.error
+
+
+def push_sharded(config: PushConfig) -> int:
+  """`--num_workers N`: pushes the split in N worker processes; returns the
+  exit code (0, 1 on an error, 130 on Ctrl-C) after printing the summary."""
+  start_time = time.perf_counter()
+  try:
+    base = datasets.load(config.dataset, split=config.split,
+                         data_dir=config.data_dir, download=config.download)
+    spec = convert.create_trajectory_data_spec(base)
+    episodes = int(base.cardinality())
+    if episodes < 0:
+      raise ValueError(f'the episode count of split {config.split!r} is '
+                       'unknown: --num_workers needs it to shard')
+    if config.max_episodes:
+      episodes = min(episodes, config.max_episodes)
+    ranges = shards_lib.split_ranges(episodes, config.num_workers)
+    with open_table(config, spec) as target:
+      fingerprint = dict(config.fingerprint(episodes),
+                         num_workers=config.num_workers)
+      ledger = make_ledger(config, target, None, fingerprint)
+      shards = shards_lib.shards_from_point(ledger.start, ranges)
+      return _run_workers(config, target, ledger, shards, start_time)
+  except KeyboardInterrupt:
+    cli.fail(_PROG, RuntimeError('interrupted before the workers started'),
+             code=130)
+  except cli.USER_ERRORS as e:
+    cli.fail(_PROG, e)
+
+
+def _barrier(ledger: push.PushLedger, shards: List[shards_lib.Shard],
+             reason: str, config: PushConfig) -> None:
+  """Checks the table holds its start size plus every shard's confirmed
+  items, then checkpoints and records (`PushLedger.on_barrier`).
+
+  Raises:
+    push.ItemsLostError: The size differs; names what is not durable.
+    push.ServerUnavailableError: The server does not answer in time.
+  """
+  stats = shards_lib.combined_stats(shards)
+  size = ledger.size()
+  expected = ledger.expected_size(stats)
+  if size != expected:
+    raise push.ItemsLostError(
+        f'table {config.table!r} at {ledger.address} holds {size} items '
+        f'where the workers confirmed {expected}'
+        f'{" (another writer?)" if size > expected else " (restarted?)"}; '
+        'not durably stored: '
+        f'{shards_lib.not_durable(shards, ledger.state.last_checkpointed)}')
+  ledger.on_barrier(stats, reason, [s.record() for s in shards])
+
+
+def _lost(error: Exception, ledger: push.PushLedger,
+          shards: List[shards_lib.Shard]) -> str:
+  """The line of a barrier that failed: what is not durable, what to do."""
+  text = str(error)
+  if 'not durably stored' not in text:
+    text += ('; not durably stored: ' +
+             shards_lib.not_durable(shards, ledger.state.last_checkpointed))
+  return (f'{text}; {ledger.durable()}: restart the server from its '
+          'checkpoint and rerun with --resume')
+
+
+def _run_workers(config: PushConfig, target: Target,
+                 ledger: push.PushLedger, shards: List[shards_lib.Shard],
+                 start_time: float) -> int:
+  for shard in shards:
+    shard.finished = shard.complete
+  workers = _Workers(config, shards, target.address)
+  failed: Optional[str] = None
+  interrupted = False
+  try:
+    while not all(s.finished for s in shards):
+      try:
+        event = workers.events.get(timeout=0.5)
+      except queue.Empty:
+        continue
+      _handle(event, shards, workers)
+      shard = shards[event[0]]
+      if shard.finished and shard.error:
+        failed = f'{shard.name}: {shard.error}'
+        if config.state_file:
+          failed += ('; not durably stored: ' + shards_lib.not_durable(
+              shards, ledger.state.last_checkpointed) +
+                     f'; {ledger.durable()}')
+        break
+      if (any(s.waiting for s in shards)
+          and all(s.waiting or s.finished for s in shards)):
+        try:
+          _barrier(ledger, shards, 'every', config)
+        except (push.ItemsLostError, push.ServerUnavailableError) as e:
+          failed = _lost(e, ledger, shards)
+          break
+        for s in shards:
+          if s.waiting:
+            s.waiting = False
+            workers.go(s)
+    if failed is None:
+      try:
+        _barrier(ledger, shards, 'end', config)
+      except (push.ItemsLostError, push.ServerUnavailableError) as e:
+        failed = _lost(e, ledger, shards)
+  except KeyboardInterrupt:
+    interrupted = True
+  if interrupted or failed is not None:
+    workers.stop()
+    # Each worker finishes what it handed over and reports it ('stopped').
+    deadline = time.monotonic() + 3 * config.server_timeout_s + 30
+    try:
+      while (not all(s.finished for s in shards)
+             and time.monotonic() < deadline):
+        with contextlib.suppress(queue.Empty):
+          _handle(workers.events.get(timeout=0.5), shards, workers)
+    except KeyboardInterrupt:
+      pass
+    # Record what they confirmed, for a --resume on the same server.
+    with contextlib.suppress(Exception):
+      _barrier(ledger, shards, 'stopped', config)
+  workers.kill()
+  summary = _sharded_summary(config, target, ledger, shards, start_time,
+                             failed)
+  print(json.dumps(summary))
+  print(f'{_PROG}: {config.num_workers} workers: {summary["episodes"]} '
+        f'episodes, {summary["steps"]} steps -> {summary["items"]} items in '
+        f'{summary["seconds"]:.2f} s; table {config.table!r} at '
+        f'{target.address} holds {summary["table_size"]} items', flush=True)
+  if failed is None and not interrupted:
+    if ledger.last_checkpoint:
+      print(f'{_PROG}: wrote checkpoint {ledger.last_checkpoint}', flush=True)
+    if config.serve:
+      serve(target, config)
+    return 0
+  if interrupted:
+    resume = (' (--resume pushes the rest)' if config.state_file else '')
+    print(f'{_PROG}: error: interrupted after {summary["episodes"]} '
+          f'episodes, {summary["items"]} items written{resume}',
+          file=sys.stderr, flush=True)
+    return 130
+  print(f'{_PROG}: error: {failed}', file=sys.stderr, flush=True)
+  return 1
+
+
+def _sharded_summary(config: PushConfig, target: Target,
+                     ledger: push.PushLedger,
+                     shards: List[shards_lib.Shard], start_time: float,
+                     error: Optional[str]) -> dict:
+  """The parent's JSON summary: totals summed over the workers, per shard."""
+  reports = [s.report or {} for s in shards]
+  total = lambda key: sum(r.get(key) or 0 for r in reports)
+  size = None
+  with contextlib.suppress(Exception):
+    size = ledger.size()
+  seconds = time.perf_counter() - start_time
+  steps = total('steps')
+  return dict(
+      episodes=total('episodes'), steps=steps, items=total('items'),
+      terminated=total('terminated'), truncated=total('truncated'),
+      seconds=round(seconds, 3),
+      steps_per_second=round(steps / seconds, 1) if seconds else 0.0,
+      table=config.table, address=target.address, table_size=size,
+      empty_episodes=total('empty_episodes'),
+      checkpoint=ledger.last_checkpoint, error=error,
+      confirmed_episodes=sum(s.confirmed - s.start for s in shards),
+      state_file=config.state_file or None, num_workers=config.num_workers,
+      shards=[s.figures() for s in shards])
+
+
 def config_from_flags() -> PushConfig:
   """Reads the flags; fails on values that absl's own checks let through."""
   if common_flags.DATASET.value is None:
@@ -496,13 +866,23 @@ def config_from_flags() -> PushConfig:
           _ZERO_TERMINAL_DISCOUNT.value
           if flags.FLAGS['zero_terminal_discount'].present or not feed_table
           else True),
-      num_workers=_NUM_WORKERS.value, max_size=_MAX_SIZE.value,
+      num_threads=_NUM_THREADS.value, num_workers=_NUM_WORKERS.value,
+      shard_index=_SHARD_INDEX.value, shard_offset=_SHARD_OFFSET.value,
+      max_size=_MAX_SIZE.value,
       sampler=_SAMPLER.value, alpha=_ALPHA.value,
       checkpoint_dir=_CHECKPOINT_DIR.value, serve=_SERVE.value,
       feed_table=feed_table, server_timeout_s=_SERVER_TIMEOUT_S.value,
       checkpoint_every=_CHECKPOINT_EVERY.value, state_file=state_file,
       resume=_RESUME.value, allow_eviction=_ALLOW_EVICTION.value,
       allow_nonfinite=_ALLOW_NONFINITE.value)
+  if _NUM_WORKERS.value > 1:
+    if re.search(r'[\[+]', common_flags.SPLIT.value):
+      cli.fail(_PROG, ValueError(
+          '--num_workers > 1 takes a whole split (it slices it itself), got '
+          f'--split {common_flags.SPLIT.value!r}'), code=2)
+    if _SHARD_INDEX.value >= 0:
+      cli.fail(_PROG, ValueError('--shard_index is for --num_workers 1'),
+               code=2)
   if reverb_address and state_file is None:
     config = dataclasses.replace(config,
                                  state_file=default_state_file(config))
@@ -519,6 +899,11 @@ def main(argv: list[str]) -> None:
   # the process was started in the background with SIGINT ignored.
   signal.signal(signal.SIGINT, signal.default_int_handler)
   signal.signal(signal.SIGTERM, signal.default_int_handler)
+  if config.shard_index >= 0:
+    push_shard(config)
+    return
+  if config.num_workers > 1:
+    sys.exit(push_sharded(config))
   stats = push.PushStats()
   try:
     dataset, spec = load_dataset(config)

@@ -504,12 +504,25 @@ class PushPoint:
   checkpoint: Optional[str] = None  # The server checkpoint that holds it.
   time: str = ''
   reason: str = 'start'
+  # A sharded push (`shards.py`): per shard its range [start, stop), the
+  # position up to which it was confirmed and its items (all runs).
+  shards: Optional[List[Dict[str, int]]] = None
+
+  def held(self) -> str:
+    """'episodes 0-9' or, sharded, 'episodes 0-4, 50-54'."""
+    if self.shards is None:
+      return episode_range(0, self.episodes)
+    parts = [episode_range(s['start'], s['position'])
+             for s in self.shards if s['position'] > s['start']]
+    if not parts:
+      return 'no episode'
+    return 'episodes ' + ', '.join(
+        p.split(' ', 1)[1] for p in parts) if len(parts) > 1 else parts[0]
 
   def describe(self) -> str:
     where = (f', checkpoint {self.checkpoint}' if self.checkpoint else
              ', not checkpointed')
-    return (f'{self.table_size} items ({episode_range(0, self.episodes)}'
-            f'{where})')
+    return f'{self.table_size} items ({self.held()}{where})'
 
 
 @dataclasses.dataclass
@@ -689,7 +702,7 @@ class PushLedger:
     if not point.checkpoint:
       return ('no episode of this push is in a server checkpoint yet (the '
               f'table held {point.table_size} items before it)')
-    return (f'{episode_range(0, point.episodes)} '
+    return (f'{point.held()} '
             f'{"are" if point.episodes > 1 else "is"} in checkpoint '
             f'{point.checkpoint} ({point.table_size} items)')
 
@@ -712,8 +725,13 @@ class PushLedger:
         f'{episode_range(stats.first_episode, stats.position)} are not all '
         f'in it; {self.durable()}')
 
-  def on_barrier(self, stats: PushStats, reason: str) -> None:
+  def on_barrier(self, stats: PushStats, reason: str,
+                 shards: Optional[List[Dict[str, int]]] = None) -> None:
     """The `on_barrier` of `push_rlds_to_table`: check, checkpoint, record.
+
+    A sharded push (`shards.py`) passes the shards' positions and, in
+    `stats`, the episodes confirmed over all shards as `confirmed_position`
+    and this run's items over all shards as `confirmed_items`.
 
     Raises:
       ItemsLostError, ServerUnavailableError: See `check`.
@@ -721,7 +739,7 @@ class PushLedger:
     size = self.check(stats)
     point = PushPoint(stats.confirmed_position,
                       self.start.items + stats.confirmed_items, size, None,
-                      _now(), reason)
+                      _now(), reason, shards)
     # Recorded before the checkpoint exists: a server killed right after
     # writing it restores a size that the state file already names.
     self.state.points.append(point)
