@@ -10,6 +10,7 @@ which one it is.
 import json
 import pathlib
 import re
+import signal
 from typing import List
 
 import numpy as np
@@ -135,10 +136,23 @@ def test_resume_after_the_server_died_completes_exactly(dataset, tmp_path):
     args = ('--dataset', data, '--feed_table', '--num_workers', '2',
             '--checkpoint_every', '1', '--state_file', str(state),
             '--server_timeout_s', '2')
-    pushing = _Process(tmp_path, 'push1', 'push', *args,
+    # Ctrl-C: every worker ends, what they confirmed is recorded, exit 130.
+    pushing = _Process(tmp_path, 'push0', 'push', *args,
                        '--reverb_address', address)
     processes.append(pushing)
-    _wait_for_points(state, 4, pushing)
+    _wait_for_points(state, 3, pushing)
+    pushing.proc.send_signal(signal.SIGINT)
+    assert pushing.proc.wait(timeout=60) == 130, pushing.stderr()[-3000:]
+    assert re.match(r'^push: error: interrupted after \d+ episodes',
+                    pushing.stderr().rstrip().splitlines()[-1])
+    assert json.loads(state.read_text())['points'][-1]['reason'] == 'stopped'
+
+    # Resumed on the same server, then the server killed mid-push.
+    pushing = _Process(tmp_path, 'push1', 'push', *args,
+                       '--reverb_address', address, '--resume')
+    processes.append(pushing)
+    _wait_for_points(state, len(json.loads(state.read_text())['points']) + 3,
+                     pushing)
     server.kill()
     assert pushing.proc.wait(timeout=90) == 1, pushing.stderr()[-3000:]
     error = pushing.stderr().rstrip().splitlines()[-1]
