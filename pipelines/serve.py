@@ -33,7 +33,7 @@ import socket
 import sys
 import threading
 import time
-from typing import List, NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional
 
 from absl import app
 from absl import flags
@@ -146,15 +146,28 @@ def start(dataset: str, *, split: str = 'train', data_dir: str | None = None,
   server = tables.start_table_server(
       table, spec, port=port, host=host, checkpoint_dir=checkpoint_dir,
       table=wanted)
+  # A table restored from checkpoint_dir keeps the kind it was made with.
+  return _checked(
+      server, table, wanted_info, checkpoint_dir, restored_from,
+      'another kind of table',
+      lambda client: episode_table.check_table_kind(client, table,
+                                                    episodes=feed_table))
+
+
+def _checked(server: reverb.Server, table: str, wanted_info: Any,
+             checkpoint_dir: Optional[str], restored_from: Optional[str],
+             restored_what: str,
+             check: Callable[[reverb.Client], None]) -> Served:
+  """`Served` once `check` accepts what the server holds (a restored
+  checkpoint may not fit); otherwise the server is stopped."""
   client = server.localhost_client()
   try:
-    # A table restored from checkpoint_dir keeps the kind it was made with.
-    episode_table.check_table_kind(client, table, episodes=feed_table)
+    check(client)
   except ValueError as e:
     server.stop()
     del server  # Not left to the traceback: its __del__ at exit would fail.
-    raise ValueError(f'the checkpoint in {checkpoint_dir} restored another '
-                     f'kind of table: {e}') from e
+    raise ValueError(f'the checkpoint in {checkpoint_dir} restored '
+                     f'{restored_what}: {e}') from e
   info = tables.get_table_info(client, table)
   differences = (tables.table_differences(info, wanted_info)
                  if restored_from else [])
@@ -180,20 +193,14 @@ def start_for_env(env: str, *, table: str = remote.EPISODE_TABLE,
                    if checkpoint_dir else None)
   server = tables.start_server(wanted, port=port, host=host,
                                checkpoint_dir=checkpoint_dir)
-  client = server.localhost_client()
-  try:
+
+  def check(client: reverb.Client) -> None:
     tables.check_signature(client, table, spec)
     episode_table.check_table_kind(client, table, episodes=True)
     variables.check_table(client)
-  except ValueError as e:
-    server.stop()
-    del server  # Not left to the traceback: its __del__ at exit would fail.
-    raise ValueError(f'the checkpoint in {checkpoint_dir} restored tables '
-                     f'that do not fit {env}: {e}') from e
-  info = tables.get_table_info(client, table)
-  differences = (tables.table_differences(info, wanted_info)
-                 if restored_from else [])
-  return Served(server, info.current_size, restored_from, differences)
+
+  return _checked(server, table, wanted_info, checkpoint_dir, restored_from,
+                  f'tables that do not fit {env}', check)
 
 
 def client_address(host: str, port: int) -> str:

@@ -92,21 +92,32 @@ class Collector:
     return returns
 
   def _write(self, episodes: list[dict[str, Any]]) -> None:
-    rlds_data = None
-    for steps in episodes:
-      one = tf.data.Dataset.from_tensors(
-          {rlds.STEPS: tf.data.Dataset.from_tensor_slices(steps)})
-      rlds_data = one if rlds_data is None else rlds_data.concatenate(one)
-    stats = push.PushStats()
-    push.push_rlds_to_table(rlds_data, self._client, self._table,
-                            sequence_length=self._sequence_length,
-                            priority=self._priority(),
-                            priority_fn=self._priority_fn,
-                            zero_terminal_discount=True, stats=stats)
-    self.stats.items_written += stats.items
+    self.stats.items_written += write_episodes(
+        self._client, self._table, episodes,
+        sequence_length=self._sequence_length, priority=self._priority(),
+        priority_fn=self._priority_fn)
 
   def close(self) -> None:
     self._envs.close()
+
+
+def write_episodes(client: reverb.Client, table: str,
+                   episodes: list[dict[str, Any]], *,
+                   sequence_length: int | None, priority: float,
+                   priority_fn: Callable[[int], float] | None = None) -> int:
+  """Writes finished RLDS episodes (dicts of step arrays) to `table` with
+  terminal discounts fixed, as every actor does; returns the items written."""
+  rlds_data = None
+  for steps in episodes:
+    one = tf.data.Dataset.from_tensors(
+        {rlds.STEPS: tf.data.Dataset.from_tensor_slices(steps)})
+    rlds_data = one if rlds_data is None else rlds_data.concatenate(one)
+  stats = push.PushStats()
+  push.push_rlds_to_table(rlds_data, client, table,
+                          sequence_length=sequence_length, priority=priority,
+                          priority_fn=priority_fn,
+                          zero_terminal_discount=True, stats=stats)
+  return stats.items
 
 
 def random_act(action_low: np.ndarray, action_high: np.ndarray) -> ActFn:

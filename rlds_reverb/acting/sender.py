@@ -25,11 +25,9 @@ import time
 from typing import Any, Callable, Optional
 
 import reverb
-import rlds
-import tensorflow as tf
 
-from rlds_reverb import push
 from rlds_reverb import tables
+from rlds_reverb.acting import collect
 from rlds_reverb.replay import episode_table
 
 # How often waits look at the stop request and at a full table.
@@ -63,16 +61,8 @@ def write_episodes(client: reverb.Client, table: str,
                    episodes: list[dict[str, Any]]) -> int:
   """Writes RLDS episodes as the online learner's collector does (one item
   per episode, unread, terminal discounts fixed); returns items written."""
-  rlds_data = None
-  for steps in episodes:
-    one = tf.data.Dataset.from_tensors(
-        {rlds.STEPS: tf.data.Dataset.from_tensor_slices(steps)})
-    rlds_data = one if rlds_data is None else rlds_data.concatenate(one)
-  stats = push.PushStats()
-  push.push_rlds_to_table(rlds_data, client, table, sequence_length=None,
-                          priority=episode_table.UNREAD,
-                          zero_terminal_discount=True, stats=stats)
-  return stats.items
+  return collect.write_episodes(client, table, episodes, sequence_length=None,
+                                priority=episode_table.UNREAD)
 
 
 class _Write:
