@@ -69,25 +69,32 @@ import gin
 import tensorflow as tf
 
 from pipelines import common_flags
+from pipelines import onpolicy_flags
 from rlds_reverb import datasets
 from rlds_reverb import her
 from rlds_reverb import per
+from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
+from rlds_reverb.learners import onpolicy
+from rlds_reverb.learners import ppo
 from rlds_reverb.learners import run
 
 _PROG = 'train'
 
 _AGENT = flags.DEFINE_enum(
-    'agent', None, list(agents.AGENTS), 'Agent to train. Online (--env '
-    'only): sac, td3 (continuous actions), dqn (discrete actions). Offline '
-    '(--dataset or --reverb_address): bc, td3_bc, cql_sac. Required.')
+    'agent', None, list(agents.AGENTS) + list(onpolicy.AGENTS),
+    'Agent to train. Online (--env only): sac, td3 (continuous actions), dqn '
+    '(discrete actions); on-policy: ppo, a2c (either kind, rollouts through '
+    'a Reverb queue). Offline (--dataset or --reverb_address): bc, td3_bc, '
+    'cql_sac. Required.')
 _ENV = flags.DEFINE_string(
     'env', 'HalfCheetah-v5', 'gymnasium env id: where online agents act and '
     'where every agent is evaluated. Its spaces must match the dataset.')
 _PUSH_FLAGS = common_flags.define_push_flags()
 flags.adopt_module_key_flags(common_flags)
+flags.adopt_module_key_flags(onpolicy_flags)
 _DATASET = common_flags.DATASET
 _REVERB_ADDRESS = _PUSH_FLAGS.reverb_address
 _GIN_FILE = flags.DEFINE_multi_string(
@@ -461,6 +468,40 @@ def _online_config() -> online.OnlineConfig:
       seed=_SEED.value, agent_config=_agent_config())
 
 
+# On-policy defaults of flags left unset: (agent, discrete actions) -> ...
+_ONPOLICY_STEPS = {('ppo', True): 100_000, ('a2c', True): 500_000}
+_ONPOLICY_EVAL_INTERVAL = {('ppo', True): 5_000}
+
+
+def _onpolicy_config() -> onpolicy.OnPolicyConfig:
+  agent = _AGENT.value
+  if _DATASET.value or _REVERB_ADDRESS.value:
+    _usage_error(f'--agent {agent} learns from its own rollouts in --env; '
+                 'drop --dataset / --reverb_address')
+  if _HER.value or _REPLAY.value != 'uniform' or _FINETUNE.value:
+    _usage_error(f'--agent {agent} is on-policy: --her, --replay and '
+                 '--online_finetune_steps are for the off-policy agents')
+  cls = onpolicy.OnPolicyConfig
+  env = _setting(cls, 'env', _ENV.value)
+  specs = envs.env_specs(env)
+  onpolicy.check_env(specs)
+  key = (agent, specs.discrete)
+  agent_config = _make(ppo.PpoConfig, algorithm=agent,
+                       **{**ppo.env_defaults(agent, specs.discrete),
+                          **onpolicy_flags.given()})
+  ppo.check(agent_config)
+  present = lambda flag: flags.FLAGS[flag.name].present  # pylint: disable=unnecessary-lambda-assignment
+  return _make(
+      cls, env=_ENV.value, root_dir=_root_dir(cls, env), agent=agent,
+      env_steps=_STEPS.value or _ONPOLICY_STEPS.get(key, 1_000_000),
+      eval_interval=(_EVAL_INTERVAL.value if present(_EVAL_INTERVAL) else
+                     _ONPOLICY_EVAL_INTERVAL.get(key, 10_000)),
+      eval_episodes=_EVAL_EPISODES.value,
+      checkpoint_interval=(_CHECKPOINT_INTERVAL.value
+                           if present(_CHECKPOINT_INTERVAL) else 50_000),
+      seed=_SEED.value, ppo_config=agent_config)
+
+
 def _parse_gin() -> None:
   """Applies --gin_file and --gin_bindings; a bad one is a usage error."""
   for path in _GIN_FILE.value:
@@ -548,10 +589,17 @@ def main(argv: list[str]) -> None:
                  'its deadline and resumes from its checkpoint when rerun')
   if _PUBLISH_EVERY.present and _NUM_ACTORS.value != 0:
     _usage_error('--publish_every is for --num_actors 0')
+  onpolicy_run = _AGENT.value in onpolicy.AGENTS
+  given = sorted(f'--{name}' for name in onpolicy_flags.given())
+  if given and not onpolicy_run:
+    _usage_error(f'{", ".join(given)}: for --agent ppo or a2c only')
   offline_run = bool(_DATASET.value or _REVERB_ADDRESS.value) and (
-      _NUM_ACTORS.value != 0)
+      _NUM_ACTORS.value != 0) and not onpolicy_run
   try:
-    config = _offline_config() if offline_run else _online_config()
+    if onpolicy_run:
+      config = _onpolicy_config()
+    else:
+      config = _offline_config() if offline_run else _online_config()
   except ValueError as e:  # A config field's own check, e.g. a bound value.
     _usage_error(str(e))
   interrupted = _interrupted_line(config.root_dir)
@@ -561,6 +609,10 @@ def main(argv: list[str]) -> None:
       summary = offline.train_offline(
           config, on_server_lost=lambda e: _exit_now(
               f'{_PROG}: error: {cli.one_line(e)}', 1))
+    elif onpolicy_run:
+      record = onpolicy.train_onpolicy(config)
+      summary = {'agent': config.agent, 'env': config.env,
+                 'seed': config.seed, **record}
     else:
       record = online.train_online(config)
       summary = {'agent': config.agent, 'env': config.env,

@@ -325,3 +325,65 @@ def test_bad_gin_is_a_usage_error(args, message, tmp_path):
                 str(tmp_path / 'r'), *args)
   assert proc.returncode == 2
   assert _error_line(proc).startswith(message)
+
+
+def test_ppo_cartpole_run_resume_and_files(tmp_path):
+  root = str(tmp_path / 'ppo')
+  common = ['--agent', 'ppo', '--env', 'CartPole-v1', '--root_dir', root,
+            '--eval_interval', '1024', '--eval_episodes', '2',
+            '--checkpoint_interval', '1024']
+  first = _summary(_train(*common, '--steps', '1024'))
+  # ppo on discrete actions: 8 envs x 32 steps a rollout, 20 epochs of 1.
+  assert first['env_steps'] == 1024 and first['train_step'] == 4 * 20
+  for name in ('eval.jsonl', 'learning_curve.png', 'policy.npz',
+               'checkpoints', 'tensorboard', 'config.json'):
+    assert os.path.exists(os.path.join(root, name)), name
+  second = _summary(_train(*common, '--steps', '2048'))
+  assert second['env_steps'] == 2048 and second['train_step'] == 8 * 20
+  evals = [json.loads(line) for line in open(os.path.join(root,
+                                                          'eval.jsonl'))]
+  assert [e['env_steps'] for e in evals] == [1024, 2048]
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  board = os.path.join(root, 'tensorboard')
+  tags = {value.tag for name in os.listdir(board)
+          for event in tf.compat.v1.train.summary_iterator(
+              os.path.join(board, name))
+          for value in event.summary.value}
+  assert {'train/approx_kl', 'train/clip_fraction', 'train/value_loss',
+          'collect/return', 'eval/average_return'} <= tags
+  # Another setting in the same root_dir is refused, naming it.
+  line = _error_line(_train(*common, '--steps', '2048', '--epochs', '3'))
+  assert 'ppo_config.epochs 3 (recorded 20)' in line, line
+
+
+def test_a2c_pendulum_short_run_with_flags(tmp_path):
+  root = str(tmp_path / 'a2c')
+  summary = _summary(_train(
+      '--agent', 'a2c', '--env', 'Pendulum-v1', '--root_dir', root,
+      '--steps', '400', '--eval_interval', '400', '--eval_episodes', '1',
+      '--num_envs', '2', '--rollout_steps', '10', '--noproper_time_limits'))
+  assert summary['env_steps'] == 400 and summary['train_step'] == 20
+  with open(os.path.join(root, 'config.json')) as f:
+    recorded = json.load(f)['ppo_config']
+  assert recorded['algorithm'] == 'a2c'
+  assert recorded['proper_time_limits'] is False
+  assert recorded['num_envs'] == 2 and recorded['rollout_steps'] == 10
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--agent', 'ppo', '--dataset', 'x'],
+     '--agent ppo learns from its own rollouts in --env'),
+    (['--agent', 'a2c', '--env', 'CartPole-v1', '--replay', 'prioritized'],
+     '--agent a2c is on-policy'),
+    (['--agent', 'sac', '--epochs', '3'], '--epochs: for --agent ppo or a2c'),
+    (['--agent', 'ppo', '--env', 'CartPole-v1', '--minibatches', '7'],
+     'minibatches (7) must divide the rollout size'),
+    (['--agent', 'ppo', '--env', 'FetchReach-v4'],
+     'on-policy agents take flat observations'),
+    (['--agent', 'ppo', '--gae_lambda', '2'], 'flag --gae_lambda=2'),
+])
+def test_onpolicy_bad_input_gives_one_error_line(args, message, tmp_path):
+  root = tmp_path / 'r'
+  line = _error_line(_train(*args, '--root_dir', str(root)))
+  assert message in line, line
+  assert not root.exists(), sorted(os.listdir(root))

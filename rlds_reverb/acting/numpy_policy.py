@@ -17,6 +17,13 @@ Three heads, matching the TF-Agents networks the learners use:
   'q_argmax'     QNetwork / DuelingQNetwork (DQN): the outputs are Q-values
                  of the discrete actions action_low..action_high; greedy is
                  their argmax, exploration epsilon-greedy.
+  'gaussian'     on-policy actors (PPO, A2C): the output is the mean of a
+                 Gaussian with a state-independent `log_std`; samples are
+                 not squashed (the env clips them), greedy is the mean
+                 clipped to the bounds.
+  'categorical'  on-policy actors with discrete actions: the outputs are
+                 logits of action_low..action_high.
+Hidden layers are relu, or tanh where `activation` says so (PPO's).
 Observations are normalised with (obs - obs_mean) / obs_std first when the
 policy carries those statistics (TD3+BC trains on normalised states).
 """
@@ -30,7 +37,9 @@ from typing import Any
 
 import numpy as np
 
-HEADS = ('tanh_normal', 'deterministic', 'q_argmax')
+HEADS = ('tanh_normal', 'deterministic', 'q_argmax', 'gaussian',
+         'categorical')
+ACTIVATIONS = ('relu', 'tanh')
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
@@ -47,6 +56,8 @@ class NumpyPolicy:
     obs_clip: normalised observations are clipped to +-obs_clip (HER's
       running normalisation), or None.
     metadata: JSON-able facts about where the weights came from.
+    activation: of the hidden layers, one of ACTIVATIONS.
+    log_std: the 'gaussian' head's log standard deviations [action size].
   """
 
   head: str
@@ -58,10 +69,19 @@ class NumpyPolicy:
   obs_std: np.ndarray | None = None
   metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
   obs_clip: float | None = None
+  activation: str = 'relu'
+  log_std: np.ndarray | None = None
 
   def __post_init__(self):
     if self.head not in HEADS:
       raise ValueError(f'head must be one of {HEADS}, got {self.head!r}')
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f'activation must be one of {ACTIVATIONS}, got '
+                       f'{self.activation!r}')
+    if (self.head == 'gaussian') != (self.log_std is not None):
+      raise ValueError("log_std goes with the 'gaussian' head, and only "
+                       f"with it; head {self.head!r}, log_std "
+                       f"{'given' if self.log_std is not None else 'None'}")
     if not self.kernels or len(self.kernels) != len(self.biases):
       raise ValueError(f'need one bias per kernel, got {len(self.kernels)} '
                        f'kernels and {len(self.biases)} biases')
@@ -85,15 +105,20 @@ class NumpyPolicy:
       x = (x - self.obs_mean) / self.obs_std
     if self.obs_clip is not None:
       x = np.clip(x, -self.obs_clip, self.obs_clip)
+    hidden = np.tanh if self.activation == 'tanh' else (
+        lambda h: np.maximum(h, 0.0))
     for kernel, bias in zip(self.kernels[:-1], self.biases[:-1]):
-      x = np.maximum(x @ kernel + bias, 0.0)
+      x = hidden(x @ kernel + bias)
     return x @ self.kernels[-1] + self.biases[-1]
 
   def greedy(self, observations: np.ndarray) -> np.ndarray:
     """The mode: what evaluation runs (TF-Agents' GreedyPolicy)."""
     out = self._last_layer(observations)
-    if self.head == 'q_argmax':
+    if self.head in ('q_argmax', 'categorical'):
       return (np.argmax(out, axis=-1) + self.action_low).astype(np.int64)
+    if self.head == 'gaussian':
+      return np.clip(out, self.action_low, self.action_high).astype(
+          np.float32)
     if self.head == 'tanh_normal':
       out = out[..., :self.action_size]
     return (self._center + self._magnitude * np.tanh(out)).astype(np.float32)
@@ -105,11 +130,22 @@ class NumpyPolicy:
     The tanh-normal head samples its own distribution (log-probs exact).
     The deterministic head adds Gaussian noise of `noise_std` (in action
     units, clipped to the bounds, as TD3's collect policy); its log-prob is
-    NaN, since a clipped Gaussian has no density at the bounds.
+    NaN, since a clipped Gaussian has no density at the bounds. The
+    gaussian and categorical heads sample their distributions; gaussian
+    samples are unbounded (what PPO's ratio needs; the env clips them).
     """
     if self.head == 'q_argmax':
       raise ValueError("a 'q_argmax' policy explores with epsilon_greedy")
     out = self._last_layer(observations)
+    if self.head == 'categorical':
+      return self._sample_categorical(out, rng)
+    if self.head == 'gaussian':
+      mean = out.astype(np.float64)
+      noise = rng.standard_normal(mean.shape)
+      actions = mean + np.exp(self.log_std) * noise
+      log_prob = np.sum(-0.5 * noise**2 - _LOG_SQRT_2PI - self.log_std,
+                        axis=-1)
+      return actions.astype(np.float32), log_prob
     if self.head == 'deterministic':
       actions = self._center + self._magnitude * np.tanh(out)
       if noise_std > 0:
@@ -128,6 +164,18 @@ class NumpyPolicy:
                       - np.log(self._magnitude), axis=-1)
     actions = self._center + self._magnitude * squashed
     return actions.astype(np.float32), log_prob
+
+  def _sample_categorical(self, logits: np.ndarray,
+                          rng: np.random.Generator
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    logits = logits.astype(np.float64)
+    log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+    cumulative = np.cumsum(np.exp(log_probs), axis=-1)
+    draws = rng.random(logits.shape[:-1] + (1,)) * cumulative[..., -1:]
+    chosen = np.minimum(np.sum(cumulative < draws, axis=-1),
+                        logits.shape[-1] - 1)
+    log_prob = np.take_along_axis(log_probs, chosen[..., None], -1)[..., 0]
+    return (chosen + self.action_low).astype(np.int64), log_prob
 
   def epsilon_greedy(self, observations: np.ndarray, rng: np.random.Generator,
                      epsilon: float) -> tuple[np.ndarray, np.ndarray]:
@@ -162,6 +210,10 @@ class NumpyPolicy:
       arrays['obs_std'] = self.obs_std
     if self.obs_clip is not None:
       arrays['obs_clip'] = np.asarray(self.obs_clip)
+    if self.activation != 'relu':
+      arrays['activation'] = np.asarray(self.activation)
+    if self.log_std is not None:
+      arrays['log_std'] = self.log_std.astype(np.float32)
     tmp = f'{path}.tmp.npz'
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, path)
@@ -188,6 +240,9 @@ def load(path: str) -> NumpyPolicy:
           obs_std=data['obs_std'] if 'obs_std' in data.files else None,
           obs_clip=(float(data['obs_clip']) if 'obs_clip' in data.files
                     else None),
-          metadata=json.loads(str(data['metadata'])))
+          metadata=json.loads(str(data['metadata'])),
+          activation=(str(data['activation']) if 'activation' in data.files
+                      else 'relu'),
+          log_std=data['log_std'] if 'log_std' in data.files else None)
     except KeyError as e:
       raise ValueError(f'{path} is not a policy file: missing {e}') from None

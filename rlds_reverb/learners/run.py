@@ -32,6 +32,7 @@ from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import evaluation
 from rlds_reverb.acting import numpy_policy
+from rlds_reverb.learners import actor_critic
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import dqn
 from rlds_reverb.learners import export
@@ -156,6 +157,9 @@ def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
                   **metadata: Any) -> numpy_policy.NumpyPolicy:
   """The agent's greedy actor as a numpy policy (no TensorFlow to act)."""
   metadata = {'env': specs.env_id, 'agent': kind, **metadata}
+  if isinstance(agent, actor_critic.ActorCritic):  # ppo, a2c
+    return actor_critic.export(agent, specs.action_low, specs.action_high,
+                               metadata)
   if kind in agents.DISCRETE_AGENTS:
     return dqn.export_q_policy(agent, specs.action_spec, metadata)
   return export.from_network(
@@ -166,7 +170,9 @@ def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
 def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
                 kind: str) -> None:
   """Copies the learner's current weights into the actor's numpy policy."""
-  if kind in agents.DISCRETE_AGENTS:
+  if isinstance(agent, actor_critic.ActorCritic):
+    actor_critic.update_weights(policy, agent)
+  elif kind in agents.DISCRETE_AGENTS:
     policy.kernels, policy.biases = dqn.q_layers(agent._q_network)  # pylint: disable=protected-access
   else:
     export.update_weights(policy, agents.actor_network(agent))
@@ -176,7 +182,9 @@ class Run:
   """One run's learner, actor policy and store, and what the triggers do.
 
   `view` maps env observations to the policy's input (goal envs: the
-  replay's flattener); `normalizer`, if any, goes into exported policies.
+  replay's flattener; on-policy agents: their normalisation); `normalizer`,
+  if any, goes into exported policies, and so do the (obs_mean, obs_std,
+  obs_clip) that `export_statistics` returns.
   """
 
   def __init__(self, learner: loop.Learner, kind: str, specs: envs.EnvSpecs,
@@ -185,12 +193,14 @@ class Run:
                view: Optional[Callable[[Any], np.ndarray]] = None,
                refresh_view: Callable[[], None] = lambda: None,
                normalizer: Optional[her.GoalNormalizer] = None,
+               export_statistics: Optional[Callable[[], Any]] = None,
                **metadata: Any):
     self.learner, self.kind, self.specs = learner, kind, specs
     self.root_dir, self.client = root_dir, client
     self._write_back, self.view = write_back, view
     self._refresh_view = refresh_view
     self.normalizer, self.metadata = normalizer, metadata
+    self._export_statistics = export_statistics
     self.policy = export_policy(learner.agent, kind, specs)
     self.last_record: dict = {}
 
@@ -252,6 +262,10 @@ class Run:
     policy.obs_mean = getattr(self.policy, 'obs_mean', None)
     policy.obs_std = getattr(self.policy, 'obs_std', None)
     policy = her.with_normalizer(policy, self.normalizer)
+    statistics = (None if self._export_statistics is None
+                  else self._export_statistics())
+    if statistics is not None:
+      policy.obs_mean, policy.obs_std, policy.obs_clip = statistics
     path = os.path.join(self.root_dir, filename)
     policy.save(path)
     return path

@@ -1,0 +1,84 @@
+"""pipelines.train's flags of the on-policy agents (--agent ppo / a2c).
+
+Each flag sets the `ppo.PpoConfig` field of its name; a flag left unset
+takes RL Zoo's setting for the agent and the env's kind of action space
+(`ppo.defaults_for`), or a gin binding of the field if there is one.
+"""
+
+from absl import flags
+
+NUM_ENVS = flags.DEFINE_integer(
+    'num_envs', None, 'ppo/a2c: env copies stepped together (gymnasium vector '
+    'env); a rollout is num_envs x rollout_steps env steps. Default: ppo 1 '
+    '(continuous) / 8 (discrete), a2c 4 / 8.', lower_bound=1)
+ROLLOUT_STEPS = flags.DEFINE_integer(
+    'rollout_steps', None, 'ppo/a2c: steps of each env copy per rollout '
+    "(PPO's n_steps, A2C's n). Default: ppo 2048 (continuous) / 32 "
+    '(discrete), a2c 5.', lower_bound=1)
+EPOCHS = flags.DEFINE_integer(
+    'epochs', None, 'ppo: passes over each rollout. Default 10 (continuous) '
+    '/ 20 (discrete).', lower_bound=1)
+MINIBATCHES = flags.DEFINE_integer(
+    'minibatches', None, 'ppo: minibatches per pass; must divide the rollout '
+    'size. Default 32 (continuous) / 1 (discrete).', lower_bound=1)
+LEARNING_RATE = flags.DEFINE_float(
+    'learning_rate', None, "ppo/a2c: Adam's (ppo) or RMSprop's (a2c) "
+    'learning rate. Default: ppo 3e-4 (continuous) / 1e-3 (discrete), a2c '
+    '7e-4.', lower_bound=0)
+LR_DECAY = flags.DEFINE_bool(
+    'lr_decay', None, "ppo/a2c: learning rate (and ppo's clip range) fall "
+    'linearly to 0 over --steps. Default: on for ppo, off for a2c.')
+GAMMA = flags.DEFINE_float(
+    'gamma', None, 'ppo/a2c: discount. Default 0.99 (ppo discrete: 0.98).',
+    lower_bound=0, upper_bound=1)
+GAE_LAMBDA = flags.DEFINE_float(
+    'gae_lambda', None, "ppo/a2c: GAE's lambda; 1 gives n-step returns. "
+    'Default: ppo 0.95 (continuous) / 0.8 (discrete), a2c 1.0.',
+    lower_bound=0, upper_bound=1)
+CLIP_RATIO = flags.DEFINE_float(
+    'clip_ratio', None, "ppo: the surrogate's clip range. Default 0.2.",
+    lower_bound=0)
+CLIP_VALUE = flags.DEFINE_bool(
+    'clip_value', None, 'ppo: clip the value loss around the old values '
+    "(PPO2's value clipping). Default off.")
+VALUE_COEF = flags.DEFINE_float(
+    'value_coef', None, 'ppo/a2c: weight of the value loss. Default 0.5.',
+    lower_bound=0)
+ENTROPY_COEF = flags.DEFINE_float(
+    'entropy_coef', None, 'ppo/a2c: weight of the entropy bonus. Default 0.',
+    lower_bound=0)
+MAX_GRAD_NORM = flags.DEFINE_float(
+    'max_grad_norm', None, 'ppo/a2c: gradients clipped to this global norm. '
+    'Default 0.5.', lower_bound=0)
+OBSERVATION_CLIP = flags.DEFINE_float(
+    'observation_clip', None, 'ppo/a2c: observations are normalised by their '
+    'running mean and std, then clipped to +-this (VecNormalize); 0 turns '
+    'normalisation off. The statistics are checkpointed and go into the '
+    'exported policy. Default 10 (continuous) / 0 (discrete).',
+    lower_bound=0)
+REWARD_CLIP = flags.DEFINE_float(
+    'reward_clip', None, 'ppo/a2c: rewards are divided by the running std of '
+    'the discounted return, then clipped to +-this (VecNormalize); 0 turns '
+    'reward scaling off. Default 10 (continuous) / 0 (discrete).',
+    lower_bound=0)
+PROPER_TIME_LIMITS = flags.DEFINE_bool(
+    'proper_time_limits', None, 'ppo/a2c: a step cut off by a time limit '
+    'bootstraps on the value of its real final observation; '
+    '--noproper_time_limits treats it as terminal (for comparison). '
+    'Default on.')
+
+FIELD_FLAGS = {
+    'num_envs': NUM_ENVS, 'rollout_steps': ROLLOUT_STEPS, 'epochs': EPOCHS,
+    'minibatches': MINIBATCHES, 'learning_rate': LEARNING_RATE,
+    'lr_decay': LR_DECAY, 'gamma': GAMMA, 'gae_lambda': GAE_LAMBDA,
+    'clip_ratio': CLIP_RATIO, 'clip_value': CLIP_VALUE,
+    'value_coef': VALUE_COEF, 'entropy_coef': ENTROPY_COEF,
+    'max_grad_norm': MAX_GRAD_NORM, 'observation_clip': OBSERVATION_CLIP,
+    'reward_clip': REWARD_CLIP, 'proper_time_limits': PROPER_TIME_LIMITS,
+}
+
+
+def given() -> dict:
+  """{PpoConfig field: value} of the flags on the command line."""
+  return {field: flag.value for field, flag in FIELD_FLAGS.items()
+          if flags.FLAGS[flag.name].present}

@@ -1,0 +1,134 @@
+"""Fixed-length rollouts of N env copies, for on-policy learners.
+
+Off-policy collection (`collect`) keeps whole episodes; an on-policy learner
+wants T steps of each of N copies, whatever the episodes, with each step's
+ending spelled out so that its returns bootstrap correctly (`learners.gae`).
+The vector env runs in gymnasium's SAME_STEP autoreset mode: the step that
+ends an episode returns the next episode's first observation, and the real
+final observation comes in `infos['final_obs']`; a truncated step keeps it
+(as the policy would see it) in `final_observation`.
+
+One rollout, as arrays (T steps, N copies):
+
+  observation        [T, N, d]  o_t as the policy saw it (after `observe`)
+  action             [T, N, ...] a_t as sampled (unclipped; the env gets it
+                                 clipped to the action bounds)
+  log_prob           [T, N]     log pi(a_t | o_t) of the acting policy
+  reward             [T, N]     r_t after `scale_reward`
+  terminated         [T, N]     step t ended its episode in a terminal state
+  truncated          [T, N]     step t's episode was cut off instead
+  final_observation  [T, N, d]  where truncated: the real o_{t+1}; else 0
+  episode_start      [T, N]     o_t is an episode's first observation
+  next_observation   [N, d]     o_T, what the next rollout starts from
+
+Episodes run on across rollouts; their undiscounted returns (raw rewards)
+are reported when they finish.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import gymnasium as gym
+import numpy as np
+
+from rlds_reverb.acting import envs
+
+# observations [N, d] -> (actions [N, ...], log-probabilities [N])
+ActFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+# (observations [N, d], update statistics?) -> what the policy sees
+ObserveFn = Callable[..., np.ndarray]
+# (rewards [N], ended [N]) -> what the learner trains on
+ScaleRewardFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+FIELDS = ('observation', 'action', 'log_prob', 'reward', 'terminated',
+          'truncated', 'final_observation', 'episode_start',
+          'next_observation')
+
+
+def _identity(observations: np.ndarray, update: bool = False) -> np.ndarray:
+  del update
+  return np.asarray(observations, np.float32)
+
+
+class VectorRollouts:
+  """Steps `num_envs` copies of an env `rollout_steps` at a time."""
+
+  def __init__(self, env_id: str, *, num_envs: int, rollout_steps: int,
+               seed: int = 0, observe: ObserveFn = _identity,
+               scale_reward: ScaleRewardFn = lambda r, ended: r):
+    if num_envs < 1 or rollout_steps < 1:
+      raise ValueError(f'num_envs and rollout_steps must be >= 1, got '
+                       f'{num_envs} and {rollout_steps}')
+    self._envs = gym.vector.SyncVectorEnv(
+        [lambda: envs.make_env(env_id)] * num_envs,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    space = self._envs.single_action_space
+    self.discrete = isinstance(space, gym.spaces.Discrete)
+    if not self.discrete and not isinstance(space, gym.spaces.Box):
+      raise ValueError(f'{env_id}: on-policy rollouts need a Box or Discrete '
+                       f'action space, got {space}')
+    if not isinstance(self._envs.single_observation_space, gym.spaces.Box):
+      raise ValueError(f'{env_id}: on-policy rollouts need a flat (Box) '
+                       'observation space, got '
+                       f'{self._envs.single_observation_space}')
+    self._low = None if self.discrete else space.low
+    self._high = None if self.discrete else space.high
+    self.num_envs, self.rollout_steps = num_envs, rollout_steps
+    self._observe, self._scale_reward = observe, scale_reward
+    raw, _ = self._envs.reset(seed=seed)
+    self._observation = observe(raw, update=True)
+    self._starts = np.ones(num_envs, bool)
+    self._returns = np.zeros(num_envs, np.float64)
+    self._lengths = np.zeros(num_envs, np.int64)
+    self.env_steps = 0
+
+  def collect(self, act: ActFn) -> tuple[dict[str, np.ndarray], list[float],
+                                         list[int]]:
+    """One rollout; returns it with the returns and lengths of the
+    episodes that finished in it."""
+    t_steps, n = self.rollout_steps, self.num_envs
+    observation = np.zeros((t_steps,) + self._observation.shape, np.float32)
+    final_observation = np.zeros_like(observation)
+    actions, log_probs = [], []
+    rewards = np.zeros((t_steps, n), np.float32)
+    terminated = np.zeros((t_steps, n), bool)
+    truncated = np.zeros((t_steps, n), bool)
+    starts = np.zeros((t_steps, n), bool)
+    returns, lengths = [], []
+    for t in range(t_steps):
+      observation[t], starts[t] = self._observation, self._starts
+      action, log_prob = act(self._observation)
+      actions.append(action)
+      log_probs.append(log_prob)
+      env_action = action if self.discrete else np.clip(
+          action, self._low, self._high)
+      raw, reward, term, trunc, infos = self._envs.step(env_action)
+      term, trunc = np.asarray(term, bool), np.asarray(trunc, bool) & ~np.asarray(term, bool)
+      ended = term | trunc
+      rewards[t] = self._scale_reward(np.asarray(reward, np.float64), ended)
+      terminated[t], truncated[t] = term, trunc
+      for i in np.flatnonzero(trunc):
+        final_observation[t, i] = self._observe(
+            infos['final_obs'][i][None], update=False)[0]
+      self._returns += reward
+      self._lengths += 1
+      for i in np.flatnonzero(ended):
+        returns.append(float(self._returns[i]))
+        lengths.append(int(self._lengths[i]))
+      self._returns[ended], self._lengths[ended] = 0.0, 0
+      self._observation = self._observe(raw, update=True)
+      self._starts = ended
+    self.env_steps += t_steps * n
+    rollout = {
+        'observation': observation,
+        'action': np.stack(actions),
+        'log_prob': np.stack(log_probs).astype(np.float32),
+        'reward': rewards, 'terminated': terminated, 'truncated': truncated,
+        'final_observation': final_observation, 'episode_start': starts,
+        'next_observation': self._observation.copy(),
+    }
+    return rollout, returns, lengths
+
+  def close(self) -> None:
+    self._envs.close()

@@ -1,0 +1,119 @@
+"""The on-policy learners' networks: a separate actor and critic MLP.
+
+The layout of the PPO paper's MuJoCo runs and of the seed codebase: tanh
+hidden layers (64, 64), orthogonal initialisation (sqrt 2 on hidden layers,
+0.01 on the policy's output, 1 on the value's), a Gaussian policy whose
+log standard deviation is a learned vector independent of the state
+(continuous actions) or a categorical one (discrete actions). The actor
+exports to a numpy policy (heads 'gaussian' / 'categorical'), so actors and
+evaluation act without TensorFlow, as for every other agent here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from rlds_reverb.acting import numpy_policy
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _mlp(sizes: Sequence[int], out: int, out_gain: float,
+         name: str) -> tf.keras.Sequential:
+  layers = [tf.keras.layers.Dense(
+      size, activation='tanh',
+      kernel_initializer=tf.keras.initializers.Orthogonal(math.sqrt(2.0)))
+            for size in sizes]
+  layers.append(tf.keras.layers.Dense(
+      out, kernel_initializer=tf.keras.initializers.Orthogonal(out_gain)))
+  return tf.keras.Sequential(layers, name=name)
+
+
+class ActorCritic(tf.Module):
+  """Policy and value networks, plus the step counter the run loop reads.
+
+  Attributes:
+    discrete: categorical policy over `num_actions` actions; else Gaussian
+      over `action_size` dimensions.
+    train_step_counter: gradient steps taken (minibatch updates).
+  """
+
+  def __init__(self, observation_size: int, *, action_size: int = 0,
+               num_actions: int = 0, hidden: Sequence[int] = (64, 64),
+               initial_log_std: float = 0.0, name: str = 'actor_critic'):
+    super().__init__(name=name)
+    if (action_size > 0) == (num_actions > 0):
+      raise ValueError('give one of action_size (continuous) and num_actions '
+                       f'(discrete); got {action_size} and {num_actions}')
+    self.observation_size = int(observation_size)
+    self.discrete = num_actions > 0
+    self.num_actions, self.action_size = int(num_actions), int(action_size)
+    self.hidden = tuple(int(h) for h in hidden)
+    outputs = num_actions if self.discrete else action_size
+    with self.name_scope:
+      self.actor = _mlp(self.hidden, outputs, 0.01, 'actor')
+      self.critic = _mlp(self.hidden, 1, 1.0, 'critic')
+      self.log_std = (None if self.discrete else tf.Variable(
+          tf.fill([action_size], float(initial_log_std)), name='log_std'))
+      self.train_step_counter = tf.Variable(0, dtype=tf.int64,
+                                            name='train_step')
+    dummy = tf.zeros([1, self.observation_size])
+    self.actor(dummy)
+    self.critic(dummy)
+
+  def value(self, observations: tf.Tensor) -> tf.Tensor:
+    return self.critic(observations)[:, 0]
+
+  def log_prob_and_entropy(self, observations: tf.Tensor, actions: tf.Tensor
+                           ) -> tuple[tf.Tensor, tf.Tensor]:
+    """log pi(a|s) [B] and the policy's entropy [B]."""
+    out = self.actor(observations)
+    if self.discrete:
+      log_probs = tf.nn.log_softmax(out)
+      taken = tf.gather(log_probs, tf.cast(actions, tf.int32), batch_dims=1)
+      entropy = -tf.reduce_sum(tf.exp(log_probs) * log_probs, axis=-1)
+      return taken, entropy
+    log_std = self.log_std
+    z = (tf.cast(actions, tf.float32) - out) * tf.exp(-log_std)
+    log_prob = tf.reduce_sum(-0.5 * tf.square(z) - _LOG_SQRT_2PI - log_std,
+                             axis=-1)
+    entropy = tf.reduce_sum(log_std + 0.5 + _LOG_SQRT_2PI) * tf.ones_like(
+        log_prob)
+    return log_prob, entropy
+
+  @property
+  def trainable_weights(self) -> list[tf.Variable]:
+    weights = self.actor.trainable_weights + self.critic.trainable_weights
+    return weights + ([self.log_std] if self.log_std is not None else [])
+
+
+def _dense_weights(model: tf.keras.Sequential
+                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  kernels = [layer.kernel.numpy() for layer in model.layers]
+  biases = [layer.bias.numpy() for layer in model.layers]
+  return kernels, biases
+
+
+def export(model: ActorCritic, action_low: np.ndarray,
+           action_high: np.ndarray, metadata: dict[str, Any] | None = None
+           ) -> numpy_policy.NumpyPolicy:
+  """The actor as a numpy policy (observations as the model sees them)."""
+  kernels, biases = _dense_weights(model.actor)
+  return numpy_policy.NumpyPolicy(
+      head='categorical' if model.discrete else 'gaussian',
+      kernels=kernels, biases=biases,
+      action_low=np.asarray(action_low), action_high=np.asarray(action_high),
+      metadata=dict(metadata or {}), activation='tanh',
+      log_std=None if model.discrete else model.log_std.numpy())
+
+
+def update_weights(policy: numpy_policy.NumpyPolicy, model: ActorCritic
+                   ) -> None:
+  """Copies the model's actor of now into `policy`."""
+  policy.kernels, policy.biases = _dense_weights(model.actor)
+  if not model.discrete:
+    policy.log_std = model.log_std.numpy()

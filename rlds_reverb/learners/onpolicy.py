@@ -1,0 +1,287 @@
+"""On-policy training (PPO, A2C): rollouts through a Reverb queue, once each.
+
+Each phase is one rollout: the numpy actor steps N env copies T steps
+(`acting.vector_rollouts`), the rollout goes into a Reverb queue table as
+one item, the learner takes it back out (the queue hands every rollout out
+exactly once, in order, and deletes it), computes values, GAE advantages
+and returns (`gae`), and updates (`ppo.Updater`). The run loop (`run`) owns
+evaluation, checkpoints, the PNG curve and the exported policy, as for the
+off-policy agents; the checkpoint holds the networks, the optimiser, the
+env-step clock and the normalisation statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from rlds_reverb import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import vector_rollouts
+from rlds_reverb.learners import actor_critic
+from rlds_reverb.learners import gae
+from rlds_reverb.learners import loop
+from rlds_reverb.learners import normalization
+from rlds_reverb.learners import ppo
+from rlds_reverb.learners import resume
+from rlds_reverb.learners import run
+from rlds_reverb.replay import rollout_queue
+
+ROLLOUT_TABLE = 'rollouts'
+AGENTS = ppo.ALGORITHMS
+# What the learner reads back from the queue: the rollout and its number.
+_FIELDS = vector_rollouts.FIELDS + ('rollout',)
+
+
+@gin.configurable
+@dataclasses.dataclass
+class OnPolicyConfig:
+  """An on-policy run; each field is the `pipelines.train` flag of that name
+  (env_steps is --steps)."""
+  env: str
+  """Gymnasium env id with a flat observation, e.g. HalfCheetah-v5,
+  CartPole-v1."""
+  root_dir: str
+  """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
+  running again resumes from it."""
+  agent: str = 'ppo'
+  """ppo or a2c."""
+  env_steps: int = 1_000_000
+  """Env steps of the whole run (all copies together)."""
+  eval_interval: int = 10_000
+  """Env steps between greedy evaluations."""
+  eval_episodes: int = 10
+  """Episodes per evaluation."""
+  checkpoint_interval: int = 50_000
+  """Env steps between checkpoints (and at the end)."""
+  seed: int = 0
+  """Seed of TensorFlow, the envs and the actor."""
+  ppo_config: ppo.PpoConfig | None = None
+  """The agent's settings; None: `ppo.defaults_for(agent, discrete)`."""
+
+
+def check(config: OnPolicyConfig) -> None:
+  if config.agent not in AGENTS:
+    raise ValueError(f'agent {config.agent!r} is not on-policy; one of: '
+                     f'{", ".join(AGENTS)}')
+  for name in ('env_steps', 'eval_interval', 'eval_episodes',
+               'checkpoint_interval'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  if config.ppo_config is not None:
+    ppo.check(config.ppo_config)
+    if config.ppo_config.algorithm != config.agent:
+      raise ValueError(f'ppo_config.algorithm {config.ppo_config.algorithm!r}'
+                       f' is not the agent {config.agent!r}')
+
+
+def settings(config: OnPolicyConfig, specs: envs.EnvSpecs) -> ppo.PpoConfig:
+  """The run's agent settings: the given ones, or the env kind's defaults."""
+  if config.ppo_config is not None:
+    return config.ppo_config
+  return ppo.defaults_for(config.agent, specs.discrete)
+
+
+def check_env(specs: envs.EnvSpecs) -> None:
+  """Raises ValueError for an env the on-policy agents cannot act in."""
+  if specs.goal_conditioned:
+    raise ValueError(f'on-policy agents take flat observations; '
+                     f'{specs.env_id} has goal dicts')
+  if len(specs.observation_shape) != 1:
+    raise ValueError(f'on-policy agents take flat observations; '
+                     f'{specs.env_id} has shape {specs.observation_shape}')
+
+
+def make_model(specs: envs.EnvSpecs, agent_config: ppo.PpoConfig
+               ) -> actor_critic.ActorCritic:
+  check_env(specs)
+  if specs.discrete:
+    num_actions = int(specs.action_high) - int(specs.action_low) + 1
+    return actor_critic.ActorCritic(specs.observation_shape[0],
+                                    num_actions=num_actions,
+                                    hidden=agent_config.hidden)
+  return actor_critic.ActorCritic(specs.observation_shape[0],
+                                  action_size=int(np.prod(
+                                      specs.action_spec.shape)),
+                                  hidden=agent_config.hidden)
+
+
+def learner_batch(model: actor_critic.ActorCritic, rollout: dict,
+                  agent_config: ppo.PpoConfig) -> dict[str, np.ndarray]:
+  """Values, GAE advantages and returns of a rollout, flattened over (T, N)
+  into what `ppo.Updater` trains on."""
+  observation = rollout['observation']
+  t_steps, n = observation.shape[:2]
+  flat = observation.reshape((t_steps * n,) + observation.shape[2:])
+  values = model.value(flat).numpy().reshape(t_steps, n)
+  next_values = model.value(rollout['next_observation']).numpy()
+  final_values = None
+  if rollout['truncated'].any():
+    final_values = model.value(rollout['final_observation'].reshape(
+        flat.shape)).numpy().reshape(t_steps, n)
+  advantages, returns = gae.advantages(
+      rollout['reward'], values, next_values, rollout['terminated'],
+      rollout['truncated'], gamma=agent_config.gamma,
+      lam=agent_config.gae_lambda, final_values=final_values,
+      proper_time_limits=agent_config.proper_time_limits)
+  action = rollout['action']
+  return {
+      'observation': flat,
+      'action': action.reshape((t_steps * n,) + action.shape[2:]),
+      'log_prob': rollout['log_prob'].reshape(-1).astype(np.float32),
+      'advantage': advantages.reshape(-1),
+      'return': returns.reshape(-1),
+      'value': values.reshape(-1).astype(np.float32),
+  }
+
+
+class OnPolicyPhase:
+  """One rollout: collect, pass through the queue, update, log."""
+
+  def __init__(self, this_run: run.Run, collector: vector_rollouts.VectorRollouts,
+               updater: ppo.Updater, client, table: str, *,
+               agent_config: ppo.PpoConfig, total_env_steps: int, seed: int,
+               rng: np.random.Generator, bar=None):
+    self._run, self._collector, self._updater = this_run, collector, updater
+    self._client, self._table = client, table
+    self._config, self._total = agent_config, total_env_steps
+    self._seed, self._rng, self._bar = seed, rng, bar
+    self.last_metrics: dict[str, float] = {}
+
+  def __call__(self, env_steps: int) -> None:
+    learner = self._run.learner
+    policy = self._run.policy
+    number = env_steps // self._config.rollout_size
+    rollout, returns, lengths = self._collector.collect(
+        lambda obs: policy.sample(obs, self._rng))
+    rollout['rollout'] = np.int64(number)
+    rollout_queue.write(self._client, self._table, rollout,
+                        address=self._client.server_address)
+    taken = rollout_queue.read(self._client, self._table, _FIELDS,
+                               address=self._client.server_address)
+    if int(taken['rollout']) != number:
+      raise RuntimeError(f'the rollout queue handed out rollout '
+                         f'{int(taken["rollout"])}, expected {number}')
+    batch = learner_batch(self._run.agent, taken, self._config)
+    progress_left = max(1.0 - env_steps / self._total, 1e-8)
+    metrics = self._updater(batch, progress_left,
+                            seed=self._seed * 1_000_003 + number)
+    metrics['explained_variance'] = ppo.explained_variance(
+        batch['value'], batch['return'])
+    metrics['learning_rate'] = float(
+        self._updater.optimizer.learning_rate.numpy())
+    self.last_metrics = metrics
+    learner.env_steps.assign_add(self._config.rollout_size)
+    after = int(learner.env_steps.numpy())
+    learner.write_scalars(metrics, after, 'train')
+    self._run.sync()
+    if returns:
+      learner.write_scalars({'return': float(np.mean(returns)),
+                             'episode_length': float(np.mean(lengths))},
+                            after, 'collect')
+      if self._bar is not None:
+        self._bar.set_postfix(ret=f'{np.mean(returns):.0f}',
+                              loss=f'{metrics["loss"]:.3g}')
+
+
+def train_onpolicy(config: OnPolicyConfig, *, show_progress: bool = True,
+                   on_eval: Callable[[dict], None] | None = None,
+                   on_update: Callable[[dict], None] | None = None) -> dict:
+  """Trains PPO or A2C in `config.env`; resumes from root_dir.
+
+  Returns:
+    The last evaluation record.
+
+  Raises:
+    resume.ResumeMismatchError: root_dir holds a run of other settings.
+    ValueError: a bad config, or an env the agents cannot act in.
+    run.TrainingError: training failed (an op error, a non-finite loss).
+  """
+  check(config)
+  specs = envs.env_specs(config.env)
+  check_env(specs)
+  agent_config = settings(config, specs)
+  record = resume.check_resumable(config.root_dir, config)
+  with resume.RunDirectory(config.root_dir, record) as run_dir:
+    return _train(config, specs, agent_config, run_dir, show_progress,
+                  on_eval, on_update)
+
+
+def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
+           agent_config: ppo.PpoConfig, run_dir: resume.RunDirectory,
+           show_progress: bool, on_eval, on_update) -> dict:
+  # Python's, numpy's and TF's seeds: Keras' unseeded initialisers draw
+  # from Python's `random`.
+  tf.keras.utils.set_random_seed(config.seed)
+  model = make_model(specs, agent_config)
+  norm = normalization.Normalization(
+      specs.observation_shape, agent_config.num_envs,
+      gamma=agent_config.gamma,
+      observation_clip=agent_config.observation_clip,
+      reward_clip=agent_config.reward_clip)
+  updater = ppo.Updater(model, agent_config)
+  updater.optimizer.build(model.trainable_weights)
+  learner = loop.Learner(model, config.root_dir, optimizer=updater.optimizer,
+                         normalization=norm.variables)
+  title = (f'{config.agent} {config.env}, {agent_config.num_envs} env(s), '
+           f'seed {config.seed}')
+  learner.set_curve(x='env_steps', title=title)
+  resumed = learner.restore()
+  if resumed:
+    norm.load()
+  start = int(learner.env_steps.numpy())
+  server = tables.start_server([rollout_queue.make_table(ROLLOUT_TABLE)])
+  collector = None
+  try:
+    client = server.localhost_client()
+    # A resumed run reseeds from its step count.
+    collector = vector_rollouts.VectorRollouts(
+        config.env, num_envs=agent_config.num_envs,
+        rollout_steps=agent_config.rollout_steps,
+        seed=config.seed * 1_000_003 + start,
+        observe=norm.observation, scale_reward=norm.reward)
+
+    def statistics():
+      stats = norm.statistics()
+      return None if stats is None else (*stats, norm.observation_clip)
+
+    this_run = run.Run(learner, config.agent, specs, config.root_dir,
+                       write_back=norm.save, view=norm.observation,
+                       export_statistics=statistics, seed=config.seed)
+    run_dir.start()
+    rng = np.random.default_rng(config.seed * 1_000_003 + start)
+    with run.progress(config.env_steps, start, 'env step',
+                      f'{config.agent} {config.env}', show_progress) as bar:
+      if resumed:
+        bar.write(f'resumed at {start} env steps, {learner.train_step} '
+                  'gradient steps')
+      phase = OnPolicyPhase(this_run, collector, updater, client,
+                            ROLLOUT_TABLE, agent_config=agent_config,
+                            total_env_steps=config.env_steps,
+                            seed=config.seed, rng=rng, bar=bar)
+
+      def update_done(position):
+        if on_update is not None:
+          on_update({'env_steps': position, **phase.last_metrics})
+
+      def evaluate(_):
+        this_run.evaluate(config.eval_episodes, config.seed, x='env_steps',
+                          title=title, metric='average_return', bar=bar,
+                          on_eval=on_eval)
+
+      run.run_phases(
+          lambda: int(learner.env_steps.numpy()), config.env_steps, phase,
+          [run.Every(1, update_done, at_end=False),
+           run.Every(config.eval_interval, evaluate),
+           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
+          what='on-policy training', unit='env step')
+    this_run.export('policy.npz', env_steps=config.env_steps)
+    return this_run.last_record
+  finally:
+    if collector is not None:
+      collector.close()
+    server.stop()
