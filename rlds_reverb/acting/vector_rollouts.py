@@ -104,7 +104,8 @@ class VectorRollouts:
       env_action = action if self.discrete else np.clip(
           action, self._low, self._high)
       raw, reward, term, trunc, infos = self._envs.step(env_action)
-      term, trunc = np.asarray(term, bool), np.asarray(trunc, bool) & ~np.asarray(term, bool)
+      term = np.asarray(term, bool)
+      trunc = np.asarray(trunc, bool) & ~term  # both: terminal
       ended = term | trunc
       rewards[t] = self._scale_reward(np.asarray(reward, np.float64), ended)
       terminated[t], truncated[t] = term, trunc

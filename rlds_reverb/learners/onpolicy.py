@@ -142,7 +142,8 @@ def learner_batch(model: actor_critic.ActorCritic, rollout: dict,
 class OnPolicyPhase:
   """One rollout: collect, pass through the queue, update, log."""
 
-  def __init__(self, this_run: run.Run, collector: vector_rollouts.VectorRollouts,
+  def __init__(self, this_run: run.Run,
+               collector: vector_rollouts.VectorRollouts,
                updater: ppo.Updater, client, table: str, *,
                agent_config: ppo.PpoConfig, total_env_steps: int, seed: int,
                rng: np.random.Generator, bar=None):
