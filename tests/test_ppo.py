@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import actor_critic
 from rlds_reverb.learners import loop
@@ -186,6 +187,20 @@ def test_normalisation_is_checkpointed_and_exported(tmp_path):
   np.testing.assert_allclose(policy.obs_std, norm.observations.std,
                              rtol=1e-6)
   assert norm.returns.count > 1
+  # The networks and Adam restore to what was saved.
+  specs = envs.env_specs('HalfCheetah-v5')
+  model = onpolicy.make_model(specs, agent_config)
+  updater = ppo.Updater(model, agent_config)
+  updater.optimizer.build(model.trainable_weights)
+  tf.train.Checkpoint(agent=model, optimizer=updater.optimizer).restore(
+      tf.train.latest_checkpoint(str(tmp_path / loop.CHECKPOINT_DIR))
+  ).expect_partial()
+  for kernel, layer in zip(policy.kernels, model.actor.layers):
+    np.testing.assert_array_equal(kernel, layer.kernel.numpy())
+  np.testing.assert_array_equal(policy.log_std, model.log_std.numpy())
+  # 256 env steps: 2 rollouts of 2 x 64 steps, 2 minibatches, 1 epoch.
+  assert int(updater.optimizer.iterations.numpy()) == 4
+  assert int(model.train_step_counter.numpy()) == 4
   # Resumed with a larger budget, it goes on from 256 env steps.
   record = onpolicy.train_onpolicy(
       onpolicy.OnPolicyConfig(**{**config.__dict__, 'env_steps': 384}),
