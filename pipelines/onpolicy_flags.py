@@ -26,8 +26,12 @@ LEARNING_RATE = flags.DEFINE_float(
     'learning rate. Default: ppo 3e-4 (continuous) / 1e-3 (discrete), a2c '
     '7e-4.', lower_bound=0)
 LR_DECAY = flags.DEFINE_bool(
-    'lr_decay', None, "ppo/a2c: learning rate (and ppo's clip range) fall "
-    'linearly to 0 over --steps. Default: on for ppo, off for a2c.')
+    'lr_decay', None, 'ppo/a2c: the learning rate falls linearly to 0 over '
+    '--steps. Default: on for ppo, off for a2c.')
+CLIP_DECAY = flags.DEFINE_bool(
+    'clip_decay', None, "ppo: the clip range falls linearly to 0 over --steps "
+    '(RL Zoo\'s CartPole setting). Default: on for discrete actions, off '
+    'for continuous (the seed codebase keeps it).')
 GAMMA = flags.DEFINE_float(
     'gamma', None, 'ppo/a2c: discount. Default 0.99 (ppo discrete: 0.98).',
     lower_bound=0, upper_bound=1)
@@ -39,8 +43,9 @@ CLIP_RATIO = flags.DEFINE_float(
     'clip_ratio', None, "ppo: the surrogate's clip range. Default 0.2.",
     lower_bound=0)
 CLIP_VALUE = flags.DEFINE_bool(
-    'clip_value', None, 'ppo: clip the value loss around the old values '
-    "(PPO2's value clipping). Default off.")
+    'clip_value', None, 'ppo: clip the value loss around the old values by '
+    "the clip range (PPO2's and the seed codebase's value clipping). "
+    'Default: on for continuous actions, off for discrete (RL Zoo).')
 VALUE_COEF = flags.DEFINE_float(
     'value_coef', None, 'ppo/a2c: weight of the value loss. Default 0.5.',
     lower_bound=0)
@@ -70,7 +75,8 @@ PROPER_TIME_LIMITS = flags.DEFINE_bool(
 FIELD_FLAGS = {
     'num_envs': NUM_ENVS, 'rollout_steps': ROLLOUT_STEPS, 'epochs': EPOCHS,
     'minibatches': MINIBATCHES, 'learning_rate': LEARNING_RATE,
-    'lr_decay': LR_DECAY, 'gamma': GAMMA, 'gae_lambda': GAE_LAMBDA,
+    'lr_decay': LR_DECAY, 'clip_decay': CLIP_DECAY, 'gamma': GAMMA,
+    'gae_lambda': GAE_LAMBDA,
     'clip_ratio': CLIP_RATIO, 'clip_value': CLIP_VALUE,
     'value_coef': VALUE_COEF, 'entropy_coef': ENTROPY_COEF,
     'max_grad_norm': MAX_GRAD_NORM, 'observation_clip': OBSERVATION_CLIP,

@@ -17,7 +17,7 @@ from rlds_reverb.learners import ppo
 
 
 def continuous_model(seed=0):
-  tf.random.set_seed(seed)
+  tf.keras.utils.set_random_seed(seed)
   model = actor_critic.ActorCritic(5, action_size=2, hidden=(16, 16))
   model.log_std.assign([-0.3, 0.2])
   return model
@@ -86,9 +86,7 @@ def test_losses_equal_a_hand_computation(algorithm, clip_value):
   log_prob, entropy = (t.numpy() for t in model.log_prob_and_entropy(
       batch['observation'], batch['action']))
   value = model.value(batch['observation']).numpy()
-  adv = batch['advantage']
-  if config.normalize_advantages:
-    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+  adv = batch['advantage']  # (the update normalises before its steps)
   ratio = np.exp(log_prob - batch['log_prob'])
   if algorithm == 'ppo':
     policy_loss = -np.mean(np.minimum(ratio * adv,
@@ -99,7 +97,8 @@ def test_losses_equal_a_hand_computation(algorithm, clip_value):
   if clip_value:
     clipped = batch['value'] + np.clip(value - batch['value'], -0.2, 0.2)
     error = np.maximum(error, (clipped - batch['return'])**2)
-  want = policy_loss + 0.7 * 0.5 * error.mean() - 0.01 * entropy.mean()
+  value_loss = error.mean()
+  want = policy_loss + 0.7 * value_loss - 0.01 * entropy.mean()
   assert float(loss) == pytest.approx(want, rel=1e-4, abs=1e-5)
   assert float(stats['policy_loss']) == pytest.approx(policy_loss, rel=1e-4,
                                                       abs=1e-5)
@@ -123,6 +122,19 @@ def test_updates_on_a_fixed_rollout_lower_the_losses():
   assert last['policy_loss'] < first['policy_loss']
   # 10 updates of 4 epochs x 4 minibatches.
   assert int(model.train_step_counter.numpy()) == 160
+
+
+def test_an_update_sees_advantages_normalised_over_the_rollout():
+  batch = tiny_batch(np.random.default_rng(4), n=128)
+  shifted = dict(batch, advantage=batch['advantage'] * 10.0 + 5.0)
+  weights = []
+  for data in (batch, shifted):
+    model = continuous_model()
+    ppo.Updater(model, ppo.PpoConfig(epochs=2, minibatches=4))(
+        data, 1.0, seed=0)
+    weights.append([w.numpy() for w in model.trainable_weights])
+  for a, b in zip(*weights):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def small_run(root_dir, env='CartPole-v1', **overrides):

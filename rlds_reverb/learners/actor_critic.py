@@ -2,7 +2,8 @@
 
 The layout of the PPO paper's MuJoCo runs and of the seed codebase: tanh
 hidden layers (64, 64), orthogonal initialisation (sqrt 2 on hidden layers,
-0.01 on the policy's output, 1 on the value's), a Gaussian policy whose
+1 on the Gaussian mean and the value, 0.01 on categorical logits), a
+Gaussian policy whose
 log standard deviation is a learned vector independent of the state
 (continuous actions) or a categorical one (discrete actions). The actor
 exports to a numpy policy (heads 'gaussian' / 'categorical'), so actors and
@@ -55,7 +56,8 @@ class ActorCritic(tf.Module):
     self.hidden = tuple(int(h) for h in hidden)
     outputs = num_actions if self.discrete else action_size
     with self.name_scope:
-      self.actor = _mlp(self.hidden, outputs, 0.01, 'actor')
+      self.actor = _mlp(self.hidden, outputs, 0.01 if self.discrete else 1.0,
+                        'actor')
       self.critic = _mlp(self.hidden, 1, 1.0, 'critic')
       self.log_std = (None if self.discrete else tf.Variable(
           tf.fill([action_size], float(initial_log_std)), name='log_std'))

@@ -8,15 +8,16 @@ bootstrap, truncations bootstrap on the real final observation), and one
 
   PPO  epochs x minibatches of: clipped surrogate
        -min(r A, clip(r, 1 - eps, 1 + eps) A), r = pi(a|s) / pi_old(a|s);
-       value loss 0.5 (V - R)^2 (optionally clipped around the old V, as the
-       PPO2 baseline does); minus an entropy bonus; gradients clipped by
-       global norm; advantages normalised per minibatch.
-  A2C  one step on the whole rollout: -log pi(a|s) A + value and entropy
-       terms as above, RMSprop (the A2C paper's optimiser), n-step returns
+       value loss (V - R)^2 (optionally clipped around the old V, as PPO2
+       and the seed codebase do); minus an entropy bonus; gradients clipped by
+       global norm; advantages normalised once over the rollout.
+  A2C  one step on the whole rollout: -log pi(a|s) A + (V - R)^2 and the
+       entropy term, RMSprop (the A2C paper's optimiser), n-step returns
        (lambda 1).
 
-The learning rate (and PPO's clip range) can fall linearly to 0 over the
-run, as the seed codebase and RL Zoo schedule them.
+The learning rate falls linearly to 0 over the run (the seed codebase's
+--use-linear-lr-decay); RL Zoo's CartPole setting decays PPO's clip range
+too.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ class PpoConfig:
   learning_rate: float = 3e-4
   """Adam's (PPO) or RMSprop's (A2C) learning rate at the start."""
   lr_decay: bool = True
-  """Learning rate (and PPO's clip range) fall linearly to 0 over the run."""
+  """The learning rate falls linearly to 0 over the run."""
+  clip_decay: bool = False
+  """PPO: the clip range falls linearly to 0 over the run too (RL Zoo's
+  CartPole setting; the seed codebase keeps it)."""
   epochs: int = 10
   """PPO: passes over each rollout."""
   minibatches: int = 32
@@ -66,7 +70,8 @@ class PpoConfig:
   clip_ratio: float = 0.2
   """PPO: the surrogate's clip range epsilon."""
   clip_value: bool = False
-  """PPO: clip the value loss around the old values (PPO2's vf clipping)."""
+  """PPO: clip the value loss around the old values by the clip range (as
+  PPO2 and the seed codebase do)."""
   value_coef: float = 0.5
   """Weight of the value loss."""
   entropy_coef: float = 0.0
@@ -74,7 +79,8 @@ class PpoConfig:
   max_grad_norm: float = 0.5
   """Gradients clipped to this global norm."""
   normalize_advantages: bool = True
-  """Advantages to zero mean, unit std (per minibatch for PPO)."""
+  """Advantages to zero mean, unit std over the whole rollout (the seed
+  codebase's PPO)."""
   hidden: Sequence[int] = (64, 64)
   """Hidden layer sizes of the actor and of the critic (tanh)."""
   observation_clip: float = 10.0
@@ -100,10 +106,12 @@ class PpoConfig:
 # PPO on MuJoCo), used where the user sets nothing; keyed by (algorithm,
 # discrete actions).
 _DEFAULTS = {
-    ('ppo', False): dict(),
+    # The seed codebase's MuJoCo command (its PPO clips the value loss).
+    ('ppo', False): dict(clip_value=True),
     ('ppo', True): dict(num_envs=8, rollout_steps=32, gamma=0.98,
-                        gae_lambda=0.8, learning_rate=1e-3, epochs=20,
-                        minibatches=1, observation_clip=0.0, reward_clip=0.0),
+                        gae_lambda=0.8, learning_rate=1e-3, clip_decay=True,
+                        epochs=20, minibatches=1, observation_clip=0.0,
+                        reward_clip=0.0),
     ('a2c', False): dict(num_envs=4, rollout_steps=5, gae_lambda=1.0,
                          learning_rate=7e-4, lr_decay=False, epochs=1,
                          minibatches=1, normalize_advantages=False),
@@ -185,23 +193,27 @@ class Updater:
 
   def __call__(self, batch: dict[str, np.ndarray], progress_left: float,
                seed: int) -> dict[str, float]:
-    """One update; `progress_left` in (0, 1] scales the decayed learning
+    """One update; `progress_left` in (0, 1] scales the decaying learning
     rate and clip range. Returns the update's mean losses and statistics."""
-    scale = progress_left if self.config.lr_decay else 1.0
-    self.optimizer.learning_rate.assign(self.config.learning_rate * scale)
+    lr_scale = progress_left if self.config.lr_decay else 1.0
+    clip_scale = progress_left if self.config.clip_decay else 1.0
+    self.optimizer.learning_rate.assign(self.config.learning_rate * lr_scale)
+    batch = dict(batch)
+    if self.config.normalize_advantages:  # Over the whole rollout, once.
+      advantage = np.asarray(batch['advantage'], np.float64)
+      batch['advantage'] = ((advantage - advantage.mean()) /
+                            (advantage.std() + 1e-5)).astype(np.float32)
     tensors = {key: tf.convert_to_tensor(value)
                for key, value in batch.items()}
-    metrics = self._update(tensors, tf.constant(self.config.clip_ratio * scale,
-                                                tf.float32),
+    metrics = self._update(tensors,
+                           tf.constant(self.config.clip_ratio * clip_scale,
+                                       tf.float32),
                            tf.constant(seed, tf.int64))
     return {key: float(value) for key, value in metrics.items()}
 
   def _losses(self, batch, clip):
     config, model = self.config, self.model
     advantage = batch['advantage']
-    if config.normalize_advantages:
-      mean, variance = tf.nn.moments(advantage, axes=[0])
-      advantage = (advantage - mean) / (tf.sqrt(variance) + 1e-8)
     log_prob, entropy = model.log_prob_and_entropy(batch['observation'],
                                                    batch['action'])
     value = model.value(batch['observation'])
@@ -219,7 +231,8 @@ class Updater:
                                                   -clip, clip)
       value_error = tf.maximum(value_error,
                                tf.square(clipped - batch['return']))
-    value_loss = 0.5 * tf.reduce_mean(value_error)
+    # (V - R)^2, weighted by value_coef, as the seed codebase and SB3.
+    value_loss = tf.reduce_mean(value_error)
     entropy = tf.reduce_mean(entropy)
     loss = (policy_loss + config.value_coef * value_loss -
             config.entropy_coef * entropy)
