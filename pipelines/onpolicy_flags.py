@@ -1,8 +1,9 @@
 """pipelines.train's flags of the on-policy agents (--agent ppo / a2c).
 
-Each flag sets the `ppo.PpoConfig` field of its name; a flag left unset
-takes RL Zoo's setting for the agent and the env's kind of action space
-(`ppo.defaults_for`), or a gin binding of the field if there is one.
+Each flag sets the `ppo.PpoConfig` field of its name (the GAIL flags:
+`onpolicy.OnPolicyConfig`'s); a flag left unset takes the setting for the
+agent and the env's kind of action space (`ppo.defaults_for`), or a gin
+binding of the field if there is one.
 """
 
 from absl import flags
@@ -72,6 +73,28 @@ PROPER_TIME_LIMITS = flags.DEFINE_bool(
     '--noproper_time_limits treats it as terminal (for comparison). '
     'Default on.')
 
+GAIL_DATASET = flags.DEFINE_string(
+    'gail_dataset', None, 'ppo/a2c: GAIL from these RLDS demonstrations (a '
+    'TFDS name or a directory, e.g. the --out of pipelines.generate): a '
+    "discriminator learns the expert's (observation, action) pairs and its "
+    "reward replaces the env's. Continuous actions only.")
+GAIL_TRAJECTORIES = flags.DEFINE_integer(
+    'gail_trajectories', None, "GAIL: expert episodes used, the dataset's "
+    'first. Default 4.', lower_bound=1)
+GAIL_SUBSAMPLE = flags.DEFINE_integer(
+    'gail_subsample', None, 'GAIL: every k-th step of each expert episode, '
+    'from a random start. Default 20.', lower_bound=1)
+GAIL_EPOCHS = flags.DEFINE_integer(
+    'gail_epochs', None, 'GAIL: discriminator epochs per update after the '
+    'warm-up (100 epochs in each of the first 10 updates). Default 5.',
+    lower_bound=1)
+
+# OnPolicyConfig fields set by the GAIL flags.
+GAIL_FLAGS = {
+    'gail_dataset': GAIL_DATASET, 'gail_trajectories': GAIL_TRAJECTORIES,
+    'gail_subsample': GAIL_SUBSAMPLE, 'gail_epochs': GAIL_EPOCHS,
+}
+
 FIELD_FLAGS = {
     'num_envs': NUM_ENVS, 'rollout_steps': ROLLOUT_STEPS, 'epochs': EPOCHS,
     'minibatches': MINIBATCHES, 'learning_rate': LEARNING_RATE,
@@ -84,7 +107,8 @@ FIELD_FLAGS = {
 }
 
 
-def given() -> dict:
-  """{PpoConfig field: value} of the flags on the command line."""
-  return {field: flag.value for field, flag in FIELD_FLAGS.items()
+def given(fields: dict = FIELD_FLAGS) -> dict:
+  """{field: value} of the flags of `fields` on the command line
+  (FIELD_FLAGS: PpoConfig's; GAIL_FLAGS: OnPolicyConfig's)."""
+  return {field: flag.value for field, flag in fields.items()
           if flags.FLAGS[flag.name].present}

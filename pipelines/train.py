@@ -481,6 +481,10 @@ def _onpolicy_config() -> onpolicy.OnPolicyConfig:
   if _HER.value or _REPLAY.value != 'uniform' or _FINETUNE.value:
     _usage_error(f'--agent {agent} is on-policy: --her, --replay and '
                  '--online_finetune_steps are for the off-policy agents')
+  gail_given = onpolicy_flags.given(onpolicy_flags.GAIL_FLAGS)
+  if gail_given and not gail_given.get('gail_dataset'):
+    _usage_error(', '.join(sorted(f'--{name}' for name in gail_given)) +
+                 ': GAIL needs its demonstrations: pass --gail_dataset')
   cls = onpolicy.OnPolicyConfig
   env = _setting(cls, 'env', _ENV.value)
   specs = envs.env_specs(env)
@@ -499,7 +503,7 @@ def _onpolicy_config() -> onpolicy.OnPolicyConfig:
       eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=(_CHECKPOINT_INTERVAL.value
                            if present(_CHECKPOINT_INTERVAL) else 50_000),
-      seed=_SEED.value, ppo_config=agent_config)
+      seed=_SEED.value, ppo_config=agent_config, **gail_given)
 
 
 def _parse_gin() -> None:
@@ -590,7 +594,9 @@ def main(argv: list[str]) -> None:
   if _PUBLISH_EVERY.present and _NUM_ACTORS.value != 0:
     _usage_error('--publish_every is for --num_actors 0')
   onpolicy_run = _AGENT.value in onpolicy.AGENTS
-  given = sorted(f'--{name}' for name in onpolicy_flags.given())
+  given = sorted(f'--{name}' for name in {
+      **onpolicy_flags.given(),
+      **onpolicy_flags.given(onpolicy_flags.GAIL_FLAGS)})
   if given and not onpolicy_run:
     _usage_error(f'{", ".join(given)}: for --agent ppo or a2c only')
   offline_run = bool(_DATASET.value or _REVERB_ADDRESS.value) and (

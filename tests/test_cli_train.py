@@ -370,7 +370,41 @@ def test_a2c_pendulum_short_run_with_flags(tmp_path):
   assert recorded['num_envs'] == 2 and recorded['rollout_steps'] == 10
 
 
+def test_ppo_gail_short_run_from_recorded_demonstrations(tmp_path):
+  expert = str(tmp_path / 'expert')
+  recording.generate_dataset('HalfCheetah-v5', 'final', 2, expert, seed=1,
+                             max_episode_steps=60, show_progress=False)
+  root = str(tmp_path / 'gail')
+  summary = _summary(_train(
+      '--agent', 'ppo', '--env', 'HalfCheetah-v5', '--root_dir', root,
+      '--steps', '512', '--eval_interval', '512', '--eval_episodes', '1',
+      '--rollout_steps', '256', '--minibatches', '4', '--epochs', '1',
+      '--gail_dataset', expert, '--gail_trajectories', '2',
+      '--gail_subsample', '3', '--gail_epochs', '1'))
+  assert summary['env_steps'] == 512
+  with open(os.path.join(root, 'config.json')) as f:
+    recorded = json.load(f)
+  assert recorded['gail_dataset'] == expert
+  assert recorded['gail_subsample'] == 3
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  board = os.path.join(root, 'tensorboard')
+  tags = {value.tag for name in os.listdir(board)
+          for event in tf.compat.v1.train.summary_iterator(
+              os.path.join(board, name))
+          for value in event.summary.value}
+  assert {'gail/expert_loss', 'gail/gradient_penalty', 'gail/policy_reward',
+          'train/loss'} <= tags
+
+
 @pytest.mark.parametrize('args, message', [
+    (['--agent', 'ppo', '--gail_trajectories', '2'],
+     'GAIL needs its demonstrations: pass --gail_dataset'),
+    (['--agent', 'sac', '--gail_dataset', 'x'],
+     '--gail_dataset: for --agent ppo or a2c only'),
+    (['--agent', 'ppo', '--env', 'CartPole-v1', '--gail_dataset', 'x'],
+     'GAIL here takes continuous actions'),
+    (['--agent', 'ppo', '--gail_dataset', '/no/such/dir'],
+     'dataset path /no/such/dir does not exist'),
     (['--agent', 'ppo', '--dataset', 'x'],
      '--agent ppo learns from its own rollouts in --env'),
     (['--agent', 'a2c', '--env', 'CartPole-v1', '--replay', 'prioritized'],

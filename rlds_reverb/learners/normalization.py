@@ -58,6 +58,9 @@ class Normalization:
     self.reward_clip = float(reward_clip)
     self.gamma = float(gamma)
     self.observations = RunningMeanStd(tuple(observation_shape))
+    # GAIL freezes the statistics once its discriminator has warmed up
+    # (the seed's `envs.venv.eval()`): its input space must hold still.
+    self.update_observations = True
     self.returns = RunningMeanStd(())
     self._running_return = np.zeros(num_envs, np.float64)
     # The checkpoint's mirror of the statistics (`save` / `load`).
@@ -87,7 +90,7 @@ class Normalization:
     observations = np.asarray(observations, np.float32)
     if not self.normalizes_observations:
       return observations
-    if update:
+    if update and self.update_observations:
       self.observations.update(observations)
     normalised = (observations - self.observations.mean) / (
         self.observations.std)

@@ -19,11 +19,13 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from rlds_reverb import datasets
 from rlds_reverb import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import vector_rollouts
 from rlds_reverb.learners import actor_critic
 from rlds_reverb.learners import gae
+from rlds_reverb.learners import gail
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import normalization
 from rlds_reverb.learners import ppo
@@ -62,6 +64,23 @@ class OnPolicyConfig:
   """Seed of TensorFlow, the envs and the actor."""
   ppo_config: ppo.PpoConfig | None = None
   """The agent's settings; None: `ppo.defaults_for(agent, discrete)`."""
+  gail_dataset: str = ''
+  """GAIL: RLDS demonstrations (TFDS name or directory) whose
+  (observation, action) pairs a discriminator learns; its reward replaces
+  the env's. '': no GAIL."""
+  gail_trajectories: int = 4
+  """GAIL: expert episodes used, the dataset's first."""
+  gail_subsample: int = 20
+  """GAIL: every k-th step of each expert episode, from a random start."""
+  gail_batch_size: int = 128
+  """GAIL: pairs per discriminator minibatch (expert and policy each)."""
+  gail_epochs: int = 5
+  """GAIL: discriminator epochs per update after the warm-up."""
+  gail_warmup_updates: int = 10
+  """GAIL: updates of the warm-up; the observation statistics freeze at
+  its end."""
+  gail_warmup_epochs: int = 100
+  """GAIL: discriminator epochs per update during the warm-up."""
 
 
 def check(config: OnPolicyConfig) -> None:
@@ -72,6 +91,13 @@ def check(config: OnPolicyConfig) -> None:
                'checkpoint_interval'):
     if getattr(config, name) < 1:
       raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  for name in ('gail_trajectories', 'gail_subsample', 'gail_batch_size',
+               'gail_epochs', 'gail_warmup_epochs'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  if config.gail_warmup_updates < 0:
+    raise ValueError(f'gail_warmup_updates must be >= 0, got '
+                     f'{config.gail_warmup_updates}')
   if config.ppo_config is not None:
     ppo.check(config.ppo_config)
     if config.ppo_config.algorithm != config.agent:
@@ -139,6 +165,104 @@ def learner_batch(model: actor_critic.ActorCritic, rollout: dict,
   }
 
 
+def load_demonstrations(config: OnPolicyConfig, specs: envs.EnvSpecs
+                        ) -> tuple[np.ndarray, np.ndarray]:
+  """The expert pairs of `config.gail_dataset`, checked against the env.
+
+  Raises:
+    ValueError: a discrete env, or pairs of other sizes than the env's.
+  """
+  if specs.discrete:
+    raise ValueError(f'GAIL here takes continuous actions; {specs.env_id} '
+                     'has discrete ones')
+  observations, actions = gail.expert_pairs(
+      datasets.load(config.gail_dataset),
+      num_trajectories=config.gail_trajectories,
+      subsample=config.gail_subsample, seed=config.seed)
+  want = (specs.observation_shape[0], int(np.prod(specs.action_spec.shape)))
+  got = (observations.shape[1], actions.shape[1])
+  if got != want:
+    raise ValueError(f'gail_dataset {config.gail_dataset}: observations and '
+                     f'actions of sizes {got}, {specs.env_id} has {want}')
+  return observations, actions
+
+
+class GailRewards:
+  """Replaces a rollout's rewards with the discriminator's (the seed's
+  GAIL loop), training the discriminator on the rollout first.
+
+  Expert observations are normalised with the policy's statistics of the
+  moment, as the rollout's are; the policy's actions are given to the
+  discriminator as the env took them (clipped to the bounds), since the
+  expert's are within them too. After `warmup_updates` the observation
+  statistics freeze.
+  """
+
+  def __init__(self, expert_observations: np.ndarray,
+               expert_actions: np.ndarray, norm: normalization.Normalization,
+               config: OnPolicyConfig, agent_config: ppo.PpoConfig,
+               specs: envs.EnvSpecs):
+    self._expert_observations = expert_observations
+    self._expert_actions = expert_actions
+    self._norm, self._config, self._gamma = norm, config, agent_config.gamma
+    self._low, self._high = specs.action_low, specs.action_high
+    # Adam at 1e-3: torch's default, which the seed's discriminator uses.
+    self.discriminator = gail.Discriminator(
+        expert_observations.shape[1], expert_actions.shape[1],
+        learning_rate=1e-3, seed=config.seed)
+    self.reward_scale = gail.RewardNormalizer(agent_config.num_envs)
+    self._rng = np.random.default_rng(config.seed + 7)
+    # The checkpoint's mirror of the reward scale's statistics.
+    self.variables = tf.Module()
+    self.variables.discriminator = self.discriminator
+    self.variables.ret_stats = tf.Variable(np.zeros(3), dtype=tf.float64)
+
+  def save(self) -> None:
+    stats = self.reward_scale.returns
+    self.variables.ret_stats.assign([stats.mean, stats.var, stats.count])
+
+  def load(self, update_index: int) -> None:
+    mean, var, count = self.variables.ret_stats.numpy()
+    stats = self.reward_scale.returns
+    if count > 0:
+      stats.mean, stats.var, stats.count = mean, var, count
+    self._norm.update_observations = (
+        update_index < self._config.gail_warmup_updates)
+
+  def __call__(self, rollout: dict, update_index: int
+               ) -> tuple[np.ndarray, dict[str, float]]:
+    config = self._config
+    t_steps, n = rollout['reward'].shape
+    policy_obs = rollout['observation'].reshape(t_steps * n, -1)
+    policy_actions = np.clip(rollout['action'], self._low,
+                             self._high).reshape(t_steps * n, -1)
+    expert_obs = self._norm.observation(self._expert_observations)
+    batch = min(config.gail_batch_size, len(expert_obs), len(policy_obs))
+    steps = min(len(expert_obs) // batch, len(policy_obs) // batch)
+    parts = {}
+    for _ in range(gail.warmup_epochs(
+        update_index, warmup_updates=config.gail_warmup_updates,
+        warmup_epochs=config.gail_warmup_epochs, epochs=config.gail_epochs)):
+      expert_order = self._rng.permutation(len(expert_obs))
+      policy_order = self._rng.permutation(len(policy_obs))
+      for k in range(steps):
+        e = expert_order[k * batch:(k + 1) * batch]
+        p = policy_order[k * batch:(k + 1) * batch]
+        parts = self.discriminator.train_step(
+            expert_obs[e], self._expert_actions[e], policy_obs[p],
+            policy_actions[p])
+    raw = self.discriminator.reward(policy_obs, policy_actions).reshape(
+        t_steps, n)
+    ended = rollout['terminated'] | rollout['truncated']
+    scaled = self.reward_scale(raw, ended, self._gamma)
+    if update_index + 1 >= config.gail_warmup_updates:
+      self._norm.update_observations = False
+    expert_reward = float(np.mean(self.discriminator.reward(
+        expert_obs, self._expert_actions)))
+    return scaled, {**parts, 'policy_reward': float(raw.mean()),
+                    'expert_reward': expert_reward}
+
+
 class OnPolicyPhase:
   """One rollout: collect, pass through the queue, update, log."""
 
@@ -146,8 +270,10 @@ class OnPolicyPhase:
                collector: vector_rollouts.VectorRollouts,
                updater: ppo.Updater, client, table: str, *,
                agent_config: ppo.PpoConfig, total_env_steps: int, seed: int,
-               rng: np.random.Generator, bar=None):
+               rng: np.random.Generator, bar=None,
+               imitation: GailRewards | None = None):
     self._run, self._collector, self._updater = this_run, collector, updater
+    self._imitation = imitation
     self._client, self._table = client, table
     self._config, self._total = agent_config, total_env_steps
     self._seed, self._rng, self._bar = seed, rng, bar
@@ -167,6 +293,9 @@ class OnPolicyPhase:
     if int(taken['rollout']) != number:
       raise RuntimeError(f'the rollout queue handed out rollout '
                          f'{int(taken["rollout"])}, expected {number}')
+    if self._imitation is not None:
+      taken['reward'], gail_metrics = self._imitation(taken, number)
+      learner.write_scalars(gail_metrics, env_steps, 'gail')
     batch = learner_batch(self._run.agent, taken, self._config)
     progress_left = max(1.0 - env_steps / self._total, 1e-8)
     metrics = self._updater(batch, progress_left,
@@ -206,15 +335,19 @@ def train_onpolicy(config: OnPolicyConfig, *, show_progress: bool = True,
   specs = envs.env_specs(config.env)
   check_env(specs)
   agent_config = settings(config, specs)
+  # Demonstrations are read and checked before anything is written.
+  demonstrations = (load_demonstrations(config, specs)
+                    if config.gail_dataset else None)
   record = resume.check_resumable(config.root_dir, config)
   with resume.RunDirectory(config.root_dir, record) as run_dir:
     return _train(config, specs, agent_config, run_dir, show_progress,
-                  on_eval, on_update)
+                  on_eval, on_update, demonstrations)
 
 
 def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
            agent_config: ppo.PpoConfig, run_dir: resume.RunDirectory,
-           show_progress: bool, on_eval, on_update) -> dict:
+           show_progress: bool, on_eval, on_update,
+           demonstrations: tuple[np.ndarray, np.ndarray] | None) -> dict:
   # Python's, numpy's and TF's seeds: Keras' unseeded initialisers draw
   # from Python's `random`.
   tf.keras.utils.set_random_seed(config.seed)
@@ -226,15 +359,26 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
       reward_clip=agent_config.reward_clip)
   updater = ppo.Updater(model, agent_config)
   updater.optimizer.build(model.trainable_weights)
+  imitation = None if demonstrations is None else GailRewards(
+      *demonstrations, norm, config, agent_config, specs)
+  extra_state = {} if imitation is None else {'gail': imitation.variables}
   learner = loop.Learner(model, config.root_dir, optimizer=updater.optimizer,
-                         normalization=norm.variables)
-  title = (f'{config.agent} {config.env}, {agent_config.num_envs} env(s), '
-           f'seed {config.seed}')
+                         normalization=norm.variables, **extra_state)
+  title = (f'{config.agent}{" + GAIL" if imitation else ""} {config.env}, '
+           f'{agent_config.num_envs} env(s), seed {config.seed}')
   learner.set_curve(x='env_steps', title=title)
   resumed = learner.restore()
+  start = int(learner.env_steps.numpy())
   if resumed:
     norm.load()
-  start = int(learner.env_steps.numpy())
+    if imitation is not None:
+      imitation.load(start // agent_config.rollout_size)
+
+  def write_back() -> None:
+    norm.save()
+    if imitation is not None:
+      imitation.save()
+
   server = tables.start_server([rollout_queue.make_table(ROLLOUT_TABLE)])
   collector = None
   try:
@@ -251,7 +395,7 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
       return None if stats is None else (*stats, norm.observation_clip)
 
     this_run = run.Run(learner, config.agent, specs, config.root_dir,
-                       write_back=norm.save, view=norm.observation,
+                       write_back=write_back, view=norm.observation,
                        export_statistics=statistics, seed=config.seed)
     run_dir.start()
     rng = np.random.default_rng(config.seed * 1_000_003 + start)
@@ -263,7 +407,8 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
       phase = OnPolicyPhase(this_run, collector, updater, client,
                             ROLLOUT_TABLE, agent_config=agent_config,
                             total_env_steps=config.env_steps,
-                            seed=config.seed, rng=rng, bar=bar)
+                            seed=config.seed, rng=rng, bar=bar,
+                            imitation=imitation)
 
       def update_done(position):
         if on_update is not None:

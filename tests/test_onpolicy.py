@@ -1,0 +1,110 @@
+"""rlds_reverb.learners.onpolicy with GAIL: demonstrations, rewards, freeze."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rlds_reverb import recording
+from rlds_reverb.acting import envs
+from rlds_reverb.learners import loop
+from rlds_reverb.learners import normalization
+from rlds_reverb.learners import onpolicy
+from rlds_reverb.learners import ppo
+
+ROLLOUT = 256
+
+
+@pytest.fixture(scope='module')
+def expert(tmp_path_factory):
+  """Four short episodes of the shipped final HalfCheetah policy."""
+  out = tmp_path_factory.mktemp('expert') / 'hc'
+  recording.generate_dataset('HalfCheetah-v5', 'final', 4, str(out), seed=1,
+                             max_episode_steps=100, show_progress=False)
+  return str(out)
+
+
+def gail_run(root_dir, expert_dir, **overrides):
+  agent_config = ppo.defaults_for('ppo', False, rollout_steps=ROLLOUT,
+                                  minibatches=4, epochs=1)
+  settings = dict(env='HalfCheetah-v5', root_dir=str(root_dir),
+                  env_steps=4 * ROLLOUT, eval_interval=4 * ROLLOUT,
+                  eval_episodes=1, checkpoint_interval=4 * ROLLOUT,
+                  ppo_config=agent_config, gail_dataset=expert_dir,
+                  gail_subsample=5, gail_batch_size=32,
+                  gail_warmup_updates=2, gail_warmup_epochs=3, gail_epochs=1)
+  return onpolicy.OnPolicyConfig(**{**settings, **overrides})
+
+
+def test_demonstrations_are_subsampled_and_checked(expert):
+  specs = envs.env_specs('HalfCheetah-v5')
+  config = gail_run('unused', expert, gail_trajectories=3, gail_subsample=5)
+  observations, actions = onpolicy.load_demonstrations(config, specs)
+  # 3 episodes of 100 transitions, every 5th: 20 each.
+  assert observations.shape == (60, 17) and actions.shape == (60, 6)
+  assert np.all(np.abs(actions) <= 1.0)
+  with pytest.raises(ValueError, match='discrete'):
+    onpolicy.load_demonstrations(config, envs.env_specs('CartPole-v1'))
+  with pytest.raises(ValueError, match='Hopper-v5 has'):
+    onpolicy.load_demonstrations(config, envs.env_specs('Hopper-v5'))
+
+
+def test_gail_rewards_replace_the_envs_and_statistics_freeze(
+    expert, tmp_path, monkeypatch):
+  seen = []
+
+  class Spy(onpolicy.GailRewards):
+    def __call__(self, rollout, update_index):
+      env_rewards = rollout['reward'].copy()
+      rewards, metrics = super().__call__(rollout, update_index)
+      seen.append((update_index, env_rewards, rewards, metrics,
+                   self._norm.update_observations))
+      return rewards, metrics
+
+  monkeypatch.setattr(onpolicy, 'GailRewards', Spy)
+  onpolicy.train_onpolicy(gail_run(tmp_path / 'run', expert),
+                          show_progress=False)
+  assert [s[0] for s in seen] == [0, 1, 2, 3]
+  for _, env_rewards, rewards, metrics, _ in seen:
+    assert rewards.shape == env_rewards.shape == (ROLLOUT, 1)
+    assert not np.allclose(rewards, env_rewards)
+    assert {'expert_loss', 'policy_loss', 'gradient_penalty',
+            'policy_reward', 'expert_reward'} <= set(metrics)
+  # Frozen after the second update (gail_warmup_updates=2).
+  assert [s[4] for s in seen] == [True, False, False, False]
+  norm = normalization.Normalization((17,), 1, gamma=0.99)
+  tf.train.Checkpoint(normalization=norm.variables).restore(
+      tf.train.latest_checkpoint(str(tmp_path / 'run' / loop.CHECKPOINT_DIR))
+  ).expect_partial()
+  norm.load()
+  # The reset observation and two rollouts' observations, nothing after.
+  assert norm.observations.count == pytest.approx(1 + 2 * ROLLOUT + 1e-4)
+
+
+def test_the_discriminator_learns_to_tell_expert_from_policy(
+    expert, tmp_path, monkeypatch):
+  records = []
+
+  class Spy(onpolicy.GailRewards):
+    def __call__(self, rollout, update_index):
+      rewards, metrics = super().__call__(rollout, update_index)
+      records.append(metrics)
+      return rewards, metrics
+
+  monkeypatch.setattr(onpolicy, 'GailRewards', Spy)
+  onpolicy.train_onpolicy(
+      gail_run(tmp_path / 'run', expert, gail_warmup_epochs=30),
+      show_progress=False)
+  # After its warm-up the expert's pairs earn more than the random policy's.
+  assert records[1]['expert_reward'] > records[1]['policy_reward'] + 1.0
+  assert os.path.exists(tmp_path / 'run' / 'policy.npz')
+
+
+def test_gail_settings_are_checked():
+  with pytest.raises(ValueError, match='gail_subsample'):
+    onpolicy.check(onpolicy.OnPolicyConfig(env='x', root_dir='r',
+                                           gail_subsample=0))
+  with pytest.raises(ValueError, match='gail_warmup_updates'):
+    onpolicy.check(onpolicy.OnPolicyConfig(env='x', root_dir='r',
+                                           gail_warmup_updates=-1))
