@@ -53,7 +53,7 @@ def collect_rate(env: str, copies: int, rollout_size: int,
       env, num_envs=copies, rollout_steps=rollout_size // copies, seed=0,
       observe=norm.observation, scale_reward=norm.reward)
   rng = np.random.default_rng(0)
-  act = lambda obs: policy.sample(obs, rng)
+  act = lambda obs, starts: policy.sample(obs, rng)
   collector.collect(act)  # warm-up
   start = time.perf_counter()
   for _ in range(rollouts):

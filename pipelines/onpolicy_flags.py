@@ -73,6 +73,12 @@ PROPER_TIME_LIMITS = flags.DEFINE_bool(
     '--noproper_time_limits treats it as terminal (for comparison). '
     'Default on.')
 
+RECURRENT = flags.DEFINE_bool(
+    'recurrent', None, 'ppo/a2c: a GRU on the observation feeds the actor and '
+    'the critic (the seed codebase\'s recurrent policy), its state reset at '
+    'episode starts and carried across rollouts; minibatches are whole env '
+    'copies\' sequences, so --minibatches must divide --num_envs. For '
+    'partially observed envs such as CartPoleNoVelocity-v1. Default off.')
 GAIL_DATASET = flags.DEFINE_string(
     'gail_dataset', None, 'ppo/a2c: GAIL from these RLDS demonstrations (a '
     'TFDS name or a directory, e.g. the --out of pipelines.generate): a '
@@ -104,6 +110,7 @@ FIELD_FLAGS = {
     'value_coef': VALUE_COEF, 'entropy_coef': ENTROPY_COEF,
     'max_grad_norm': MAX_GRAD_NORM, 'observation_clip': OBSERVATION_CLIP,
     'reward_clip': REWARD_CLIP, 'proper_time_limits': PROPER_TIME_LIMITS,
+    'recurrent': RECURRENT,
 }
 
 

@@ -370,6 +370,19 @@ def test_a2c_pendulum_short_run_with_flags(tmp_path):
   assert recorded['num_envs'] == 2 and recorded['rollout_steps'] == 10
 
 
+def test_recurrent_ppo_on_cartpole_without_velocities(tmp_path):
+  root = str(tmp_path / 'rec')
+  summary = _summary(_train(
+      '--agent', 'ppo', '--env', 'CartPoleNoVelocity-v1', '--recurrent',
+      '--root_dir', root, '--steps', '512', '--eval_interval', '512',
+      '--eval_episodes', '2'))
+  assert summary['env_steps'] == 512 and summary['average_return'] > 0
+  with open(os.path.join(root, 'config.json')) as f:
+    assert json.load(f)['ppo_config']['recurrent'] is True
+  from rlds_reverb.acting import recurrent_policy  # pylint: disable=g-import-not-at-top
+  assert recurrent_policy.is_recurrent_file(os.path.join(root, 'policy.npz'))
+
+
 def test_ppo_gail_short_run_from_recorded_demonstrations(tmp_path):
   expert = str(tmp_path / 'expert')
   recording.generate_dataset('HalfCheetah-v5', 'final', 2, expert, seed=1,
@@ -403,6 +416,11 @@ def test_ppo_gail_short_run_from_recorded_demonstrations(tmp_path):
      '--gail_dataset: for --agent ppo or a2c only'),
     (['--agent', 'ppo', '--env', 'CartPole-v1', '--gail_dataset', 'x'],
      'GAIL here takes continuous actions'),
+    (['--agent', 'ppo', '--env', 'CartPoleNoVelocity-v1', '--recurrent',
+      '--num_envs', '6', '--minibatches', '4'],
+     'minibatches (4) must divide num_envs (6)'),
+    (['--agent', 'dqn', '--env', 'CartPole-v1', '--recurrent'],
+     '--recurrent: for --agent ppo or a2c only'),
     (['--agent', 'ppo', '--gail_dataset', '/no/such/dir'],
      'dataset path /no/such/dir does not exist'),
     (['--agent', 'ppo', '--dataset', 'x'],

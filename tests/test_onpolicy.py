@@ -108,3 +108,57 @@ def test_gail_settings_are_checked():
   with pytest.raises(ValueError, match='gail_warmup_updates'):
     onpolicy.check(onpolicy.OnPolicyConfig(env='x', root_dir='r',
                                            gail_warmup_updates=-1))
+
+
+def test_recurrent_learner_sees_what_the_actor_saw(tmp_path, monkeypatch):
+  """Each update's first pass, unrolled from the rollout's initial states,
+  gives the log-probabilities the numpy actor sampled with: the states are
+  carried across rollouts, reset where episodes start, and recorded."""
+  checked = []
+  update = ppo.Updater.__call__
+
+  def checking_update(self, batch, progress_left, seed):
+    log_prob, _, _ = self._evaluate(  # pylint: disable=protected-access
+        {key: tf.constant(value) for key, value in batch.items()})
+    checked.append((batch['episode_start'].sum(),
+                    np.abs(batch['initial_state']).max(),
+                    np.max(np.abs(log_prob.numpy() -
+                                  batch['log_prob'].reshape(-1)))))
+    return update(self, batch, progress_left, seed)
+
+  monkeypatch.setattr(ppo.Updater, '__call__', checking_update)
+  agent_config = ppo.defaults_for('ppo', True, recurrent=True, num_envs=4,
+                                  rollout_steps=40, minibatches=2, epochs=2)
+  onpolicy.train_onpolicy(onpolicy.OnPolicyConfig(
+      env=envs.PARTIAL_CARTPOLE, root_dir=str(tmp_path), env_steps=4 * 160,
+      eval_interval=640, eval_episodes=2, ppo_config=agent_config),
+                          show_progress=False)
+  assert len(checked) == 4
+  starts, state, error = zip(*checked)
+  assert all(s > 4 for s in starts)  # episodes end inside each rollout
+  assert state[0] == 0 and all(s > 0 for s in state[1:])  # carried over
+  assert max(error) < 1e-4, error
+
+
+def test_recurrent_policy_exported_acts_like_the_model(tmp_path):
+  agent_config = ppo.defaults_for('ppo', False, recurrent=True, num_envs=2,
+                                  rollout_steps=64, minibatches=2, epochs=1)
+  onpolicy.train_onpolicy(onpolicy.OnPolicyConfig(
+      env='HalfCheetah-v5', root_dir=str(tmp_path), env_steps=128,
+      eval_interval=128, eval_episodes=1, ppo_config=agent_config),
+                          show_progress=False)
+  from rlds_reverb.acting import recurrent_policy  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / 'policy.npz')
+  assert recurrent_policy.is_recurrent_file(path)
+  policy = recurrent_policy.load(path)
+  assert policy.head == 'gaussian' and policy.obs_clip == 10.0
+  specs = envs.env_specs('HalfCheetah-v5')
+  model = onpolicy.make_model(specs, agent_config)
+  tf.train.Checkpoint(agent=model).restore(tf.train.latest_checkpoint(
+      str(tmp_path / loop.CHECKPOINT_DIR))).expect_partial()
+  raw = np.random.default_rng(0).normal(size=(3, 5, 17)).astype(np.float32)
+  normalised = np.clip((raw - policy.obs_mean) / policy.obs_std, -10, 10)
+  states = model.unroll(normalised, np.zeros((3, 5)), model.initial_state(3))
+  want = np.clip(model.actor(tf.reshape(states, [15, -1])).numpy(), -1, 1)
+  got = np.stack([policy.greedy(raw[:, t]) for t in range(5)], 1)
+  np.testing.assert_allclose(got.reshape(15, 6), want, atol=1e-4)

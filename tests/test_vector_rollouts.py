@@ -8,7 +8,8 @@ from rlds_reverb.acting import vector_rollouts
 
 
 def uniform(low, high, rng):
-  def act(obs):
+  def act(obs, starts):
+    del starts
     n = obs.shape[0]
     return (rng.uniform(low, high, (n,) + low.shape).astype(np.float32),
             np.zeros(n))
@@ -63,13 +64,20 @@ def test_terminated_steps_on_cartpole_and_what_the_policy_saw():
   rng = np.random.default_rng(1)
   observed = []
 
-  def act(obs):
+  starts_seen = []
+
+  def act(obs, starts):
     observed.append(obs.copy())
+    starts_seen.append(starts.copy())
     return rng.integers(0, 2, obs.shape[0]), np.full(obs.shape[0], np.log(.5))
 
   rollout, returns, lengths = rollouts.collect(act)
   assert rollout['terminated'].any() and not rollout['truncated'].any()
   np.testing.assert_array_equal(rollout['observation'], np.stack(observed))
+  # The actor is told where episodes start (a recurrent one resets there).
+  np.testing.assert_array_equal(rollout['episode_start'],
+                                np.stack(starts_seen))
+  assert rollout['episode_start'][0].all()
   np.testing.assert_array_equal(rollout['reward'], 0.5)
   assert rollout['action'].dtype == np.int64
   # A copy's next step after a termination starts a new episode.

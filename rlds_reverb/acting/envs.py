@@ -51,6 +51,39 @@ class EnvSpecs:
     return self.goal_sizes is not None
 
 
+# CartPole with its velocities hidden (cart position and pole angle only):
+# a policy must remember the last observations to act, the recurrent
+# policies' test bed (sb3-contrib's CartPoleNoVel).
+PARTIAL_CARTPOLE = 'CartPoleNoVelocity-v1'
+
+
+class HideVelocities(gym.ObservationWrapper):
+  """CartPole's observation without the cart's and the pole's velocities."""
+
+  _KEPT = np.array([0, 2])
+
+  def __init__(self, env: gym.Env):
+    super().__init__(env)
+    space = env.observation_space
+    self.observation_space = gym.spaces.Box(
+        space.low[self._KEPT], space.high[self._KEPT], dtype=space.dtype)
+
+  def observation(self, observation: np.ndarray) -> np.ndarray:
+    return observation[self._KEPT]
+
+
+def make_partial_cartpole(**kwargs) -> gym.Env:
+  """The entry point of PARTIAL_CARTPOLE."""
+  from gymnasium.envs.classic_control import cartpole  # pylint: disable=g-import-not-at-top
+  return HideVelocities(cartpole.CartPoleEnv(**kwargs))
+
+
+if PARTIAL_CARTPOLE not in gym.registry:
+  gym.register(id=PARTIAL_CARTPOLE,
+               entry_point='rlds_reverb.acting.envs:make_partial_cartpole',
+               max_episode_steps=500, reward_threshold=475.0)
+
+
 def register_robotics_envs(env_id: str) -> None:
   """Registers Gymnasium-Robotics (Fetch...) on first use of one of its ids."""
   if env_id in gym.registry:

@@ -34,8 +34,10 @@ import numpy as np
 
 from rlds_reverb.acting import envs
 
-# observations [N, d] -> (actions [N, ...], log-probabilities [N])
-ActFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+# (observations [N, d], episode starts [N]) -> (actions [N, ...],
+# log-probabilities [N]); a recurrent actor resets its state where a copy's
+# episode starts.
+ActFn = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 # (observations [N, d], update statistics?) -> what the policy sees
 ObserveFn = Callable[..., np.ndarray]
 # (rewards [N], ended [N]) -> what the learner trains on
@@ -98,7 +100,7 @@ class VectorRollouts:
     returns, lengths = [], []
     for t in range(t_steps):
       observation[t], starts[t] = self._observation, self._starts
-      action, log_prob = act(self._observation)
+      action, log_prob = act(self._observation, self._starts)
       actions.append(action)
       log_probs.append(log_prob)
       env_action = action if self.discrete else np.clip(

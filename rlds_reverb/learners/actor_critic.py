@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlds_reverb.acting import numpy_policy
+from rlds_reverb.acting import recurrent_policy
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -42,6 +43,8 @@ class ActorCritic(tf.Module):
       over `action_size` dimensions.
     train_step_counter: gradient steps taken (minibatch updates).
   """
+
+  recurrent = False
 
   def __init__(self, observation_size: int, *, action_size: int = 0,
                num_actions: int = 0, hidden: Sequence[int] = (64, 64),
@@ -73,23 +76,102 @@ class ActorCritic(tf.Module):
   def log_prob_and_entropy(self, observations: tf.Tensor, actions: tf.Tensor
                            ) -> tuple[tf.Tensor, tf.Tensor]:
     """log pi(a|s) [B] and the policy's entropy [B]."""
-    out = self.actor(observations)
-    if self.discrete:
-      log_probs = tf.nn.log_softmax(out)
-      taken = tf.gather(log_probs, tf.cast(actions, tf.int32), batch_dims=1)
-      entropy = -tf.reduce_sum(tf.exp(log_probs) * log_probs, axis=-1)
-      return taken, entropy
-    log_std = self.log_std
-    z = (tf.cast(actions, tf.float32) - out) * tf.exp(-log_std)
-    log_prob = tf.reduce_sum(-0.5 * tf.square(z) - _LOG_SQRT_2PI - log_std,
-                             axis=-1)
-    entropy = tf.reduce_sum(log_std + 0.5 + _LOG_SQRT_2PI) * tf.ones_like(
-        log_prob)
-    return log_prob, entropy
+    return _policy_terms(self.actor(observations), actions, self.log_std)
 
   @property
   def trainable_weights(self) -> list[tf.Variable]:
     weights = self.actor.trainable_weights + self.critic.trainable_weights
+    return weights + ([self.log_std] if self.log_std is not None else [])
+
+
+def _policy_terms(out: tf.Tensor, actions: tf.Tensor,
+                  log_std: tf.Variable | None) -> tuple[tf.Tensor, tf.Tensor]:
+  """log-probabilities of `actions` and entropies under the head's output
+  (logits where `log_std` is None, else the Gaussian mean)."""
+  if log_std is None:
+    log_probs = tf.nn.log_softmax(out)
+    taken = tf.gather(log_probs, tf.cast(actions, tf.int32), batch_dims=1)
+    entropy = -tf.reduce_sum(tf.exp(log_probs) * log_probs, axis=-1)
+    return taken, entropy
+  z = (tf.cast(actions, tf.float32) - out) * tf.exp(-log_std)
+  log_prob = tf.reduce_sum(-0.5 * tf.square(z) - _LOG_SQRT_2PI - log_std,
+                           axis=-1)
+  entropy = tf.reduce_sum(log_std + 0.5 + _LOG_SQRT_2PI) * tf.ones_like(
+      log_prob)
+  return log_prob, entropy
+
+
+class RecurrentActorCritic(tf.Module):
+  """The seed codebase's recurrent policy: a GRU on the observation whose
+  state feeds the actor and the critic MLPs.
+
+  The state is reset to zeros where an episode starts and otherwise carried
+  on, across rollouts too; the learner unrolls it over each env copy's
+  rollout from the state the actor had at its start.
+  """
+
+  recurrent = True
+
+  def __init__(self, observation_size: int, *, action_size: int = 0,
+               num_actions: int = 0, hidden: Sequence[int] = (64,),
+               state_size: int = 64, initial_log_std: float = 0.0,
+               name: str = 'recurrent_actor_critic'):
+    super().__init__(name=name)
+    if (action_size > 0) == (num_actions > 0):
+      raise ValueError('give one of action_size (continuous) and num_actions '
+                       f'(discrete); got {action_size} and {num_actions}')
+    self.observation_size = int(observation_size)
+    self.discrete = num_actions > 0
+    self.num_actions, self.action_size = int(num_actions), int(action_size)
+    self.hidden, self.state_size = tuple(int(h) for h in hidden), state_size
+    outputs = num_actions if self.discrete else action_size
+    with self.name_scope:
+      self.cell = tf.keras.layers.GRUCell(state_size)
+      self.actor = _mlp(self.hidden, outputs, 0.01 if self.discrete else 1.0,
+                        'actor')
+      self.critic = _mlp(self.hidden, 1, 1.0, 'critic')
+      self.log_std = (None if self.discrete else tf.Variable(
+          tf.fill([action_size], float(initial_log_std)), name='log_std'))
+      self.train_step_counter = tf.Variable(0, dtype=tf.int64,
+                                            name='train_step')
+    self.step(tf.zeros([1, self.observation_size]), self.initial_state(1))
+    features = tf.zeros([1, state_size])
+    self.actor(features)
+    self.critic(features)
+
+  def initial_state(self, batch: int) -> tf.Tensor:
+    return tf.zeros([batch, self.state_size])
+
+  def step(self, observations: tf.Tensor, state: tf.Tensor) -> tf.Tensor:
+    """The next state (= the features the heads see) [B, state_size]."""
+    _, (new_state,) = self.cell(tf.cast(observations, tf.float32), [state])
+    return new_state
+
+  def unroll(self, observations: tf.Tensor, starts: tf.Tensor,
+             state: tf.Tensor) -> tf.Tensor:
+    """States after each step [N, T, state_size] of N sequences
+    [N, T, obs], reset where `starts` [N, T] is set, from `state` [N, H]."""
+    inputs = (tf.transpose(tf.cast(observations, tf.float32), [1, 0, 2]),
+              tf.transpose(tf.cast(starts, tf.float32)))
+
+    def one_step(previous, step_inputs):
+      x, start = step_inputs
+      return self.step(x, previous * (1.0 - start[:, None]))
+
+    states = tf.scan(one_step, inputs, initializer=state)
+    return tf.transpose(states, [1, 0, 2])
+
+  def log_prob_and_entropy_of(self, features: tf.Tensor, actions: tf.Tensor
+                              ) -> tuple[tf.Tensor, tf.Tensor]:
+    return _policy_terms(self.actor(features), actions, self.log_std)
+
+  def value_of(self, features: tf.Tensor) -> tf.Tensor:
+    return self.critic(features)[:, 0]
+
+  @property
+  def trainable_weights(self) -> list[tf.Variable]:
+    weights = (self.cell.trainable_weights + self.actor.trainable_weights +
+               self.critic.trainable_weights)
     return weights + ([self.log_std] if self.log_std is not None else [])
 
 
@@ -100,11 +182,22 @@ def _dense_weights(model: tf.keras.Sequential
   return kernels, biases
 
 
-def export(model: ActorCritic, action_low: np.ndarray,
-           action_high: np.ndarray, metadata: dict[str, Any] | None = None
-           ) -> numpy_policy.NumpyPolicy:
-  """The actor as a numpy policy (observations as the model sees them)."""
+def export(model: ActorCritic | RecurrentActorCritic,
+           action_low: np.ndarray, action_high: np.ndarray,
+           metadata: dict[str, Any] | None = None) -> Any:
+  """The actor as a numpy policy (observations as the model sees them):
+  a `NumpyPolicy`, or a `RecurrentPolicy` for a recurrent model."""
   kernels, biases = _dense_weights(model.actor)
+  if model.recurrent:
+    kernel, recurrent_kernel, bias = (w.numpy() for w in model.cell.weights)
+    return recurrent_policy.RecurrentPolicy(
+        head='categorical' if model.discrete else 'gaussian',
+        gru_kernel=kernel, gru_recurrent_kernel=recurrent_kernel,
+        gru_bias=bias, kernels=kernels, biases=biases,
+        action_low=np.asarray(action_low),
+        action_high=np.asarray(action_high),
+        log_std=None if model.discrete else model.log_std.numpy(),
+        metadata=dict(metadata or {}))
   return numpy_policy.NumpyPolicy(
       head='categorical' if model.discrete else 'gaussian',
       kernels=kernels, biases=biases,
@@ -113,9 +206,14 @@ def export(model: ActorCritic, action_low: np.ndarray,
       log_std=None if model.discrete else model.log_std.numpy())
 
 
-def update_weights(policy: numpy_policy.NumpyPolicy, model: ActorCritic
+def update_weights(policy: Any, model: ActorCritic | RecurrentActorCritic
                    ) -> None:
-  """Copies the model's actor of now into `policy`."""
+  """Copies the model's actor of now into `policy` (a recurrent one's
+  evaluation state starts afresh)."""
   policy.kernels, policy.biases = _dense_weights(model.actor)
   if not model.discrete:
     policy.log_std = model.log_std.numpy()
+  if model.recurrent:
+    (policy.gru_kernel, policy.gru_recurrent_kernel,
+     policy.gru_bias) = (w.numpy() for w in model.cell.weights)
+    policy.reset()

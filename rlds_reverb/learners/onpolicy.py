@@ -13,7 +13,7 @@ env-step clock and the normalisation statistics.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import gin
 import numpy as np
@@ -35,8 +35,6 @@ from rlds_reverb.replay import rollout_queue
 
 ROLLOUT_TABLE = 'rollouts'
 AGENTS = ppo.ALGORITHMS
-# What the learner reads back from the queue: the rollout and its number.
-_FIELDS = vector_rollouts.FIELDS + ('rollout',)
 
 
 @gin.configurable
@@ -122,47 +120,81 @@ def check_env(specs: envs.EnvSpecs) -> None:
                      f'{specs.env_id} has shape {specs.observation_shape}')
 
 
-def make_model(specs: envs.EnvSpecs, agent_config: ppo.PpoConfig
-               ) -> actor_critic.ActorCritic:
+def make_model(specs: envs.EnvSpecs, agent_config: ppo.PpoConfig) -> Any:
+  """An `ActorCritic`, or a `RecurrentActorCritic` with `recurrent`."""
   check_env(specs)
-  if specs.discrete:
-    num_actions = int(specs.action_high) - int(specs.action_low) + 1
-    return actor_critic.ActorCritic(specs.observation_shape[0],
-                                    num_actions=num_actions,
-                                    hidden=agent_config.hidden)
+  actions = (
+      {'num_actions': int(specs.action_high) - int(specs.action_low) + 1}
+      if specs.discrete else
+      {'action_size': int(np.prod(specs.action_spec.shape))})
+  if agent_config.recurrent:
+    return actor_critic.RecurrentActorCritic(
+        specs.observation_shape[0], hidden=agent_config.hidden,
+        state_size=agent_config.recurrent_size, **actions)
   return actor_critic.ActorCritic(specs.observation_shape[0],
-                                  action_size=int(np.prod(
-                                      specs.action_spec.shape)),
-                                  hidden=agent_config.hidden)
+                                  hidden=agent_config.hidden, **actions)
 
 
-def learner_batch(model: actor_critic.ActorCritic, rollout: dict,
-                  agent_config: ppo.PpoConfig) -> dict[str, np.ndarray]:
-  """Values, GAE advantages and returns of a rollout, flattened over (T, N)
-  into what `ppo.Updater` trains on."""
+def _recurrent_values(model: actor_critic.RecurrentActorCritic,
+                      rollout: dict) -> tuple[np.ndarray, ...]:
+  """V(o_t) [T, N] along each copy's unrolled state, V(o_T) [N] after the
+  last step (a fresh state where that step ended an episode), and V(real
+  final observation) [T, N] stepped from the state of its episode."""
+  observation = rollout['observation']
+  t_steps, n = observation.shape[:2]
+  states = model.unroll(np.swapaxes(observation, 0, 1),
+                        np.swapaxes(rollout['episode_start'], 0, 1),
+                        rollout['initial_state'])  # [N, T, H]
+  flat_states = tf.reshape(states, [n * t_steps, -1])
+  values = model.value_of(flat_states).numpy().reshape(n, t_steps).T
+  ended = rollout['terminated'][-1] | rollout['truncated'][-1]
+  last = states[:, -1] * (1.0 - ended[:, None].astype(np.float32))
+  next_values = model.value_of(
+      model.step(rollout['next_observation'], last)).numpy()
+  final_values = None
+  if rollout['truncated'].any():
+    finals = np.swapaxes(rollout['final_observation'], 0, 1).reshape(
+        n * t_steps, -1)
+    final_values = model.value_of(model.step(
+        finals, flat_states)).numpy().reshape(n, t_steps).T
+  return values, next_values, final_values
+
+
+def learner_batch(model: Any, rollout: dict, agent_config: ppo.PpoConfig
+                  ) -> dict[str, np.ndarray]:
+  """Values, GAE advantages and returns of a rollout, in the layout
+  `ppo.Updater` trains on: flattened over (T, N), or [N, T] sequences for a
+  recurrent model."""
   observation = rollout['observation']
   t_steps, n = observation.shape[:2]
   flat = observation.reshape((t_steps * n,) + observation.shape[2:])
-  values = model.value(flat).numpy().reshape(t_steps, n)
-  next_values = model.value(rollout['next_observation']).numpy()
-  final_values = None
-  if rollout['truncated'].any():
-    final_values = model.value(rollout['final_observation'].reshape(
-        flat.shape)).numpy().reshape(t_steps, n)
+  if model.recurrent:
+    values, next_values, final_values = _recurrent_values(model, rollout)
+  else:
+    values = model.value(flat).numpy().reshape(t_steps, n)
+    next_values = model.value(rollout['next_observation']).numpy()
+    final_values = None
+    if rollout['truncated'].any():
+      final_values = model.value(rollout['final_observation'].reshape(
+          flat.shape)).numpy().reshape(t_steps, n)
   advantages, returns = gae.advantages(
       rollout['reward'], values, next_values, rollout['terminated'],
       rollout['truncated'], gamma=agent_config.gamma,
       lam=agent_config.gae_lambda, final_values=final_values,
       proper_time_limits=agent_config.proper_time_limits)
-  action = rollout['action']
-  return {
-      'observation': flat,
-      'action': action.reshape((t_steps * n,) + action.shape[2:]),
-      'log_prob': rollout['log_prob'].reshape(-1).astype(np.float32),
-      'advantage': advantages.reshape(-1),
-      'return': returns.reshape(-1),
-      'value': values.reshape(-1).astype(np.float32),
+  steps = {
+      'observation': observation, 'action': rollout['action'],
+      'log_prob': rollout['log_prob'].astype(np.float32),
+      'advantage': advantages, 'return': returns,
+      'value': values.astype(np.float32),
   }
+  if model.recurrent:  # [N, T, ...]: each copy's sequence whole.
+    batch = {key: np.swapaxes(value, 0, 1) for key, value in steps.items()}
+    batch['episode_start'] = np.swapaxes(rollout['episode_start'], 0, 1)
+    batch['initial_state'] = rollout['initial_state']
+    return batch
+  return {key: value.reshape((t_steps * n,) + value.shape[2:])
+          for key, value in steps.items()}
 
 
 def load_demonstrations(config: OnPolicyConfig, specs: envs.EnvSpecs
@@ -278,17 +310,31 @@ class OnPolicyPhase:
     self._config, self._total = agent_config, total_env_steps
     self._seed, self._rng, self._bar = seed, rng, bar
     self.last_metrics: dict[str, float] = {}
+    # A recurrent actor's state, carried across rollouts (reset where an
+    # episode starts: the first step after a (re)start is one).
+    self._state = np.zeros(
+        (agent_config.num_envs, agent_config.recurrent_size), np.float32)
+
+  def _act_recurrent(self, observations: np.ndarray, starts: np.ndarray):
+    actions, log_probs, self._state = self._run.policy.sample(
+        observations, self._state, starts, self._rng)
+    return actions, log_probs
 
   def __call__(self, env_steps: int) -> None:
     learner = self._run.learner
     policy = self._run.policy
     number = env_steps // self._config.rollout_size
-    rollout, returns, lengths = self._collector.collect(
-        lambda obs: policy.sample(obs, self._rng))
+    if self._run.agent.recurrent:
+      initial_state = self._state
+      rollout, returns, lengths = self._collector.collect(self._act_recurrent)
+      rollout['initial_state'] = initial_state
+    else:
+      rollout, returns, lengths = self._collector.collect(
+          lambda obs, starts: policy.sample(obs, self._rng))
     rollout['rollout'] = np.int64(number)
     rollout_queue.write(self._client, self._table, rollout,
                         address=self._client.server_address)
-    taken = rollout_queue.read(self._client, self._table, _FIELDS,
+    taken = rollout_queue.read(self._client, self._table, tuple(rollout),
                                address=self._client.server_address)
     if int(taken['rollout']) != number:
       raise RuntimeError(f'the rollout queue handed out rollout '

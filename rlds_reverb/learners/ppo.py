@@ -83,6 +83,12 @@ class PpoConfig:
   codebase's PPO)."""
   hidden: Sequence[int] = (64, 64)
   """Hidden layer sizes of the actor and of the critic (tanh)."""
+  recurrent: bool = False
+  """A GRU on the observation feeds the actor and the critic (the seed's
+  recurrent policy); minibatches are then whole env copies' sequences, so
+  minibatches must divide num_envs."""
+  recurrent_size: int = 64
+  """The GRU's state size."""
   observation_clip: float = 10.0
   """Normalised observations are clipped to +-this; 0: no observation
   normalisation."""
@@ -149,6 +155,13 @@ def check(config: PpoConfig) -> None:
     value = getattr(config, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
+  if config.recurrent and config.num_envs % config.minibatches:
+    raise ValueError(f'a recurrent policy learns from whole sequences: '
+                     f'minibatches ({config.minibatches}) must divide '
+                     f'num_envs ({config.num_envs})')
+  if config.recurrent_size < 1:
+    raise ValueError(f'recurrent_size must be >= 1, got '
+                     f'{config.recurrent_size}')
   if config.rollout_size % config.minibatches:
     raise ValueError(f'minibatches ({config.minibatches}) must divide the '
                      f'rollout size num_envs x rollout_steps = '
@@ -183,7 +196,9 @@ class Updater:
 
   `batch` fields are flattened over (T, N): observation, action, log_prob
   (of the acting policy), advantage, return, value (the critic's before the
-  update).
+  update). A recurrent model's batch keeps them [N, T, ...] (env copy,
+  time), with episode_start [N, T] and initial_state [N, H]: a minibatch is
+  a set of whole sequences, unrolled from their initial states.
   """
 
   def __init__(self, model: actor_critic.ActorCritic, config: PpoConfig):
@@ -211,12 +226,27 @@ class Updater:
                            tf.constant(seed, tf.int64))
     return {key: float(value) for key, value in metrics.items()}
 
+  def _evaluate(self, batch):
+    """log pi(a|s), entropy and V(s) of the batch's steps, flattened."""
+    model = self.model
+    if not model.recurrent:
+      log_prob, entropy = model.log_prob_and_entropy(batch['observation'],
+                                                     batch['action'])
+      return log_prob, entropy, model.value(batch['observation'])
+    states = model.unroll(batch['observation'], batch['episode_start'],
+                          batch['initial_state'])
+    features = tf.reshape(states, [-1, model.state_size])
+    action = batch['action']
+    action = tf.reshape(action, tf.concat([[-1], tf.shape(action)[2:]], 0))
+    log_prob, entropy = model.log_prob_and_entropy_of(features, action)
+    return log_prob, entropy, model.value_of(features)
+
   def _losses(self, batch, clip):
     config, model = self.config, self.model
+    log_prob, entropy, value = self._evaluate(batch)
+    batch = {key: tf.reshape(batch[key], [-1])
+             for key in ('advantage', 'log_prob', 'return', 'value')}
     advantage = batch['advantage']
-    log_prob, entropy = model.log_prob_and_entropy(batch['observation'],
-                                                   batch['action'])
-    value = model.value(batch['observation'])
     log_ratio = log_prob - batch['log_prob']
     ratio = tf.exp(log_ratio)
     if config.algorithm == 'a2c':
