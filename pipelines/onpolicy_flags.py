@@ -95,6 +95,9 @@ GAIL_EPOCHS = flags.DEFINE_integer(
     'warm-up (100 epochs in each of the first 10 updates). Default 5.',
     lower_bound=1)
 
+# What a2c refuses: it takes one step per rollout, unclipped.
+PPO_ONLY = (EPOCHS, MINIBATCHES, CLIP_RATIO, CLIP_VALUE, CLIP_DECAY)
+
 # OnPolicyConfig fields set by the GAIL flags.
 GAIL_FLAGS = {
     'gail_dataset': GAIL_DATASET, 'gail_trajectories': GAIL_TRAJECTORIES,

@@ -118,7 +118,8 @@ _ROOT_DIR = flags.DEFINE_string(
     'runs/<agent>_<env or dataset>_seed<seed>.')
 _STEPS = flags.DEFINE_integer(
     'steps', None, 'Budget: gradient steps offline (default 300000), env '
-    'steps online (default 300000; dqn 50000).', lower_bound=1)
+    'steps online (default 300000; dqn 50000; ppo and a2c 1000000, on '
+    'discrete actions ppo 100000 and a2c 500000).', lower_bound=1)
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of TensorFlow, the envs and '
                              'the exploration.', lower_bound=0)
 _BATCH_SIZE = flags.DEFINE_integer(
@@ -305,6 +306,7 @@ _FLAGS_OF_FIELD = {
     'OfflineConfig.dataset': ('dataset', 'reverb_address'),
     'OfflineConfig.train_steps': ('steps',),
     'OnlineConfig.env_steps': ('steps',),
+    'OnPolicyConfig.env_steps': ('steps',),
     'AgentConfig.double_dqn': ('double',),
     'PerConfig.alpha': ('per_alpha',),
     'PerConfig.beta0': ('per_beta0',),
@@ -468,6 +470,11 @@ def _online_config() -> online.OnlineConfig:
       seed=_SEED.value, agent_config=_agent_config())
 
 
+# Flags of the off-policy agents that ppo and a2c refuse rather than ignore.
+_OFF_POLICY_FLAGS = (
+    _HER, _REPLAY, _FINETUNE, _BATCH_SIZE, _UTD, _TRAIN_EVERY,
+    _INITIAL_COLLECT, _REPLAY_SIZE, _SNAPSHOT_INTERVAL, _FEED, _N_STEP,
+    _NUM_ACTORS, _EXPLORATION_NOISE, _RANDOM_ACTIONS)
 # On-policy defaults of flags left unset: (agent, discrete actions) -> ...
 _ONPOLICY_STEPS = {('ppo', True): 100_000, ('a2c', True): 500_000}
 _ONPOLICY_EVAL_INTERVAL = {('ppo', True): 5_000}
@@ -478,9 +485,16 @@ def _onpolicy_config() -> onpolicy.OnPolicyConfig:
   if _DATASET.value or _REVERB_ADDRESS.value:
     _usage_error(f'--agent {agent} learns from its own rollouts in --env; '
                  'drop --dataset / --reverb_address')
-  if _HER.value or _REPLAY.value != 'uniform' or _FINETUNE.value:
-    _usage_error(f'--agent {agent} is on-policy: --her, --replay and '
-                 '--online_finetune_steps are for the off-policy agents')
+  off_policy = sorted(f'--{flag.name}' for flag in _OFF_POLICY_FLAGS
+                      if flags.FLAGS[flag.name].present)
+  if off_policy:
+    _usage_error(f'--agent {agent} is on-policy: {", ".join(off_policy)} '
+                 'are for the off-policy agents')
+  ppo_only = sorted(f'--{flag.name}' for flag in onpolicy_flags.PPO_ONLY
+                    if flags.FLAGS[flag.name].present)
+  if agent == 'a2c' and ppo_only:
+    _usage_error(f'{", ".join(ppo_only)}: for --agent ppo only (a2c takes '
+                 'one step per rollout)')
   gail_given = onpolicy_flags.given(onpolicy_flags.GAIL_FLAGS)
   if gail_given and not gail_given.get('gail_dataset'):
     _usage_error(', '.join(sorted(f'--{name}' for name in gail_given)) +
@@ -490,9 +504,11 @@ def _onpolicy_config() -> onpolicy.OnPolicyConfig:
   specs = envs.env_specs(env)
   onpolicy.check_env(specs)
   key = (agent, specs.discrete)
-  agent_config = _make(ppo.PpoConfig, algorithm=agent,
-                       **{**ppo.env_defaults(agent, specs.discrete),
-                          **onpolicy_flags.given()})
+  values = {**ppo.env_defaults(agent, specs.discrete),
+            **onpolicy_flags.given()}
+  if values.get('recurrent') and 'minibatches' not in onpolicy_flags.given():
+    values['minibatches'] = ppo.sequence_minibatches(values)
+  agent_config = _make(ppo.PpoConfig, algorithm=agent, **values)
   ppo.check(agent_config)
   present = lambda flag: flags.FLAGS[flag.name].present  # pylint: disable=unnecessary-lambda-assignment
   return _make(
@@ -627,8 +643,10 @@ def main(argv: list[str]) -> None:
           datasets.DatasetNotAvailableError) as e:
     cli.fail(_PROG, e)
   except tf.errors.OpError as e:  # Before training (in it: TrainingError).
+    kind = ('offline' if offline_run else
+            'on-policy' if onpolicy_run else 'online')
     cli.fail(_PROG, RuntimeError(
-        f'{"offline" if offline_run else "online"} run failed before '
+        f'{kind} run failed before '
         f'training: {run.op_error_summary(e)}'))
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)

@@ -79,7 +79,8 @@ def as_recording_policy(policy: numpy_policy.NumpyPolicy,
                         observation_space: gym.spaces.Box,
                         action_space: gym.spaces.Box, seed: int | None,
                         what: str) -> Policy:
-  """Wraps a numpy policy to sample actions (and log-probs) for `recording`.
+  """Wraps a numpy policy to sample actions (and log-probs) for `recording`;
+  a gaussian (PPO) head's actions are clipped to the bounds.
 
   Raises:
     ValueError: the policy's observation or action size is not the env's.
@@ -91,7 +92,19 @@ def as_recording_policy(policy: numpy_policy.NumpyPolicy,
         f'policy {what} maps {policy.observation_size} observations to '
         f'{policy.action_size} actions; the env has {obs_size} and {act_size}')
   rng = np.random.default_rng(seed)
-  return lambda observations: policy.sample(observations, rng)
+  if policy.head != 'gaussian':
+    return lambda observations: policy.sample(observations, rng)
+
+  def clipped(observations):
+    # A PPO actor's samples are unbounded; the data holds what the env
+    # took. A clipped sample has no density, so its log-prob is NaN.
+    actions, log_probs = policy.sample(observations, rng)
+    inside = np.all((actions >= policy.action_low) &
+                    (actions <= policy.action_high), axis=-1)
+    return (np.clip(actions, policy.action_low, policy.action_high),
+            np.where(inside, log_probs, np.nan))
+
+  return clipped
 
 
 def replay_schedule(env_id: str) -> list[dict]:

@@ -222,6 +222,35 @@ def test_normalisation_is_checkpointed_and_exported(tmp_path):
     assert json.load(f)['agent'] == 'ppo'
 
 
+def test_discrete_actions_become_logit_indices():
+  tf.keras.utils.set_random_seed(0)
+  model = actor_critic.ActorCritic(2, num_actions=3, hidden=(8,))
+  rollout = {
+      'observation': np.zeros((4, 2, 2), np.float32),
+      'action': np.array([[1, 3], [2, 2], [3, 1], [1, 1]], np.int64),
+      'log_prob': np.zeros((4, 2), np.float32),
+      'reward': np.ones((4, 2), np.float32),
+      'terminated': np.zeros((4, 2), bool),
+      'truncated': np.zeros((4, 2), bool),
+      'final_observation': np.zeros((4, 2, 2), np.float32),
+      'episode_start': np.zeros((4, 2), bool),
+      'next_observation': np.zeros((2, 2), np.float32)}
+  batch = onpolicy.learner_batch(model, rollout, ppo.PpoConfig(),
+                                 action_low=np.int64(1))
+  np.testing.assert_array_equal(batch['action'],
+                                [0, 2, 1, 1, 2, 0, 0, 0])
+
+
+def test_recurrent_defaults_take_whole_sequences():
+  config = ppo.defaults_for('ppo', False, recurrent=True)
+  assert config.num_envs == 1 and config.minibatches == 1
+  config = ppo.defaults_for('ppo', False, recurrent=True, num_envs=8)
+  assert config.minibatches == 8
+  with pytest.raises(ValueError, match='must divide num_envs'):
+    ppo.defaults_for('ppo', False, recurrent=True, num_envs=6,
+                     minibatches=4)
+
+
 def test_bad_configs_are_refused(tmp_path):
   with pytest.raises(ValueError, match='minibatches'):
     ppo.defaults_for('ppo', False, minibatches=3, rollout_steps=64)

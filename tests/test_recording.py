@@ -18,6 +18,7 @@ from rlds_reverb import datasets
 from rlds_reverb import recording
 from rlds_reverb import tfds_writer
 from rlds_reverb.acting import envs as acting_envs
+from rlds_reverb.acting import numpy_policy
 from conftest import _episodes  # pylint: disable=g-bad-import-order
 from conftest import CHEETAH_LIMIT as LIMIT  # pylint: disable=g-bad-import-order
 from conftest import CHEETAH_SEED as SEED  # pylint: disable=g-bad-import-order
@@ -227,3 +228,28 @@ def test_goal_env_records_dict_observations_that_fit_its_rewards(tmp_path):
         rewards[:-1], env.unwrapped.compute_reward(achieved[1:], desired[1:],
                                                    {}))
   env.close()
+
+
+def test_a_ppo_policy_records_the_actions_the_env_took(tmp_path):
+  """A gaussian (PPO) head samples beyond the bounds; the data holds them
+  clipped, with NaN log-probs where clipping happened."""
+  rng = np.random.default_rng(0)
+  policy = numpy_policy.NumpyPolicy(
+      head='gaussian', kernels=[rng.normal(size=(17, 6)).astype(np.float32)],
+      biases=[np.zeros(6, np.float32)], action_low=-np.ones(6, np.float32),
+      action_high=np.ones(6, np.float32), activation='tanh',
+      log_std=np.full(6, 1.0, np.float32))
+  path = str(tmp_path / 'ppo.npz')
+  policy.save(path)
+  recording.generate_dataset('HalfCheetah-v5', path, 1, str(tmp_path / 'd'),
+                             seed=0, max_episode_steps=30,
+                             show_progress=False)
+  steps = next(iter(datasets.load(str(tmp_path / 'd'))))['steps']
+  batch = next(iter(steps.batch(100)))
+  actions = batch['action'].numpy()[:-1]
+  assert np.abs(actions).max() <= 1.0
+  assert np.isclose(np.abs(actions), 1.0).any()  # some were clipped
+  log_probs = batch['infos']['action_log_probs'].numpy()[:-1]
+  clipped = np.isclose(np.abs(actions), 1.0).any(axis=-1)
+  assert np.isnan(log_probs[clipped]).all()
+  assert np.isfinite(log_probs[~clipped]).all()

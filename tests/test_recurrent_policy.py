@@ -281,3 +281,11 @@ def test_gaussian_validation(fields, match):
 def test_categorical_validation(fields, match):
   with pytest.raises(ValueError, match=match):
     _policy('categorical', **fields)
+
+
+def test_the_feed_forward_loader_refuses_a_recurrent_file(tmp_path):
+  from rlds_reverb.acting import numpy_policy  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / 'gru.npz')
+  _policy("categorical").save(path)
+  with pytest.raises(ValueError, match='recurrent'):
+    numpy_policy.load(path)

@@ -43,6 +43,49 @@ ACTIVATIONS = ('relu', 'tanh')
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
+def normalise(observations: np.ndarray, obs_mean: np.ndarray | None,
+              obs_std: np.ndarray | None, obs_clip: float | None
+              ) -> np.ndarray:
+  """(obs - obs_mean) / obs_std, clipped to +-obs_clip, as float32; each
+  part only where the policy carries it."""
+  x = np.asarray(observations, dtype=np.float32)
+  if obs_mean is not None:
+    x = ((x - obs_mean) / obs_std).astype(np.float32)
+  if obs_clip is not None:
+    x = np.clip(x, -obs_clip, obs_clip)
+  return x
+
+
+def sample_gaussian(mean: np.ndarray, log_std: np.ndarray,
+                    rng: np.random.Generator
+                    ) -> tuple[np.ndarray, np.ndarray]:
+  """Unclipped samples of N(mean, exp(log_std)^2) (float32) and their
+  log-densities (float64): PPO's ratio needs the density of what was drawn,
+  and the env clips."""
+  mean = np.asarray(mean, np.float64)
+  log_std = np.asarray(log_std, np.float64)
+  noise = rng.standard_normal(mean.shape)
+  actions = mean + np.exp(log_std) * noise
+  log_prob = np.sum(-0.5 * noise**2 - _LOG_SQRT_2PI - log_std, axis=-1)
+  return actions.astype(np.float32), log_prob
+
+
+def sample_categorical(logits: np.ndarray, action_low: Any,
+                       rng: np.random.Generator
+                       ) -> tuple[np.ndarray, np.ndarray]:
+  """Draws from softmax(logits): actions offset by action_low (int64) and
+  their log-probabilities (float64)."""
+  logits = np.asarray(logits, np.float64)
+  log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+  cumulative = np.cumsum(np.exp(log_probs), axis=-1)
+  draws = rng.random(logits.shape[:-1] + (1,)) * cumulative[..., -1:]
+  chosen = np.minimum(np.sum(cumulative < draws, axis=-1),
+                      logits.shape[-1] - 1)
+  log_prob = np.take_along_axis(log_probs, chosen[..., None], -1)[..., 0]
+  low = np.int64(np.min(action_low))
+  return (chosen + low).astype(np.int64), log_prob
+
+
 @dataclasses.dataclass
 class NumpyPolicy:
   """An MLP actor: relu hidden layers, linear last layer, a head on top.
@@ -101,10 +144,7 @@ class NumpyPolicy:
     if x.shape[-1] != self.observation_size:
       raise ValueError(f'policy takes observations of size '
                        f'{self.observation_size}, got shape {x.shape}')
-    if self.obs_mean is not None:
-      x = (x - self.obs_mean) / self.obs_std
-    if self.obs_clip is not None:
-      x = np.clip(x, -self.obs_clip, self.obs_clip)
+    x = normalise(x, self.obs_mean, self.obs_std, self.obs_clip)
     hidden = np.tanh if self.activation == 'tanh' else (
         lambda h: np.maximum(h, 0.0))
     for kernel, bias in zip(self.kernels[:-1], self.biases[:-1]):
@@ -138,14 +178,9 @@ class NumpyPolicy:
       raise ValueError("a 'q_argmax' policy explores with epsilon_greedy")
     out = self._last_layer(observations)
     if self.head == 'categorical':
-      return self._sample_categorical(out, rng)
+      return sample_categorical(out, self.action_low, rng)
     if self.head == 'gaussian':
-      mean = out.astype(np.float64)
-      noise = rng.standard_normal(mean.shape)
-      actions = mean + np.exp(self.log_std) * noise
-      log_prob = np.sum(-0.5 * noise**2 - _LOG_SQRT_2PI - self.log_std,
-                        axis=-1)
-      return actions.astype(np.float32), log_prob
+      return sample_gaussian(out, self.log_std, rng)
     if self.head == 'deterministic':
       actions = self._center + self._magnitude * np.tanh(out)
       if noise_std > 0:
@@ -164,18 +199,6 @@ class NumpyPolicy:
                       - np.log(self._magnitude), axis=-1)
     actions = self._center + self._magnitude * squashed
     return actions.astype(np.float32), log_prob
-
-  def _sample_categorical(self, logits: np.ndarray,
-                          rng: np.random.Generator
-                          ) -> tuple[np.ndarray, np.ndarray]:
-    logits = logits.astype(np.float64)
-    log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-    cumulative = np.cumsum(np.exp(log_probs), axis=-1)
-    draws = rng.random(logits.shape[:-1] + (1,)) * cumulative[..., -1:]
-    chosen = np.minimum(np.sum(cumulative < draws, axis=-1),
-                        logits.shape[-1] - 1)
-    log_prob = np.take_along_axis(log_probs, chosen[..., None], -1)[..., 0]
-    return (chosen + self.action_low).astype(np.int64), log_prob
 
   def epsilon_greedy(self, observations: np.ndarray, rng: np.random.Generator,
                      epsilon: float) -> tuple[np.ndarray, np.ndarray]:
@@ -229,6 +252,9 @@ def load(path: str) -> NumpyPolicy:
   if not os.path.isfile(path):
     raise FileNotFoundError(f'no policy file at {path}')
   with np.load(path, allow_pickle=False) as data:
+    if 'recurrent' in data.files:
+      raise ValueError(f'{path} is a recurrent (GRU) policy: load it with '
+                       'rlds_reverb.acting.recurrent_policy.load')
     try:
       count = sum(1 for key in data.files if key.startswith('kernel_'))
       return NumpyPolicy(

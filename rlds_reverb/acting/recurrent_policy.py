@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from rlds_reverb.acting import numpy_policy
+
 HEADS = ('gaussian', 'categorical')
-_LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 _MARKER = 'gru'
 
 
@@ -165,11 +166,8 @@ class RecurrentPolicy:
     if x.ndim != 2 or x.shape[-1] != self.observation_size:
       raise ValueError(f'policy takes observations [batch, '
                        f'{self.observation_size}], got shape {x.shape}')
-    if self.obs_mean is not None:
-      x = ((x - self.obs_mean) / self.obs_std).astype(np.float32)
-    if self.obs_clip is not None:
-      x = np.clip(x, -self.obs_clip, self.obs_clip)
-    return x
+    return numpy_policy.normalise(x, self.obs_mean, self.obs_std,
+                                  self.obs_clip)
 
   def _gru(self, x: np.ndarray, h: np.ndarray) -> np.ndarray:
     x_z, x_r, x_h = np.split(x @ self.gru_kernel + self.gru_bias[0], 3, -1)
@@ -227,21 +225,11 @@ class RecurrentPolicy:
     """
     out, new_state = self.step(observations, state, starts)
     if self.head == 'categorical':
-      logits = out.astype(np.float64)
-      log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-      cumulative = np.cumsum(np.exp(log_probs), axis=-1)
-      draws = rng.random(logits.shape[:-1] + (1,)) * cumulative[..., -1:]
-      chosen = np.minimum(np.sum(cumulative < draws, axis=-1),
-                          logits.shape[-1] - 1)
-      log_prob = np.take_along_axis(log_probs, chosen[..., None], -1)[..., 0]
-      low = np.min(self.action_low).astype(np.int64)
-      return (chosen + low).astype(np.int64), log_prob, new_state
-    mean = out.astype(np.float64)
-    log_std = self.log_std.astype(np.float64)
-    noise = rng.standard_normal(mean.shape)
-    actions = mean + np.exp(log_std) * noise
-    log_prob = np.sum(-0.5 * noise**2 - _LOG_SQRT_2PI - log_std, axis=-1)
-    return actions.astype(np.float32), log_prob, new_state
+      actions, log_prob = numpy_policy.sample_categorical(
+          out, self.action_low, rng)
+    else:
+      actions, log_prob = numpy_policy.sample_gaussian(out, self.log_std, rng)
+    return actions, log_prob, new_state
 
   def greedy(self, observations: np.ndarray) -> np.ndarray:
     """The mode, for evaluation, which calls with observations only.

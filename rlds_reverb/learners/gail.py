@@ -326,8 +326,15 @@ class RewardNormalizer:
         num_envs < 1):
       raise ValueError(f'num_envs must be a positive integer, got '
                        f'{num_envs!r}')
-    self.returns = normalization.RunningMeanStd(())
-    self.running_return = np.zeros(num_envs, np.float64)
+    self._scaler = normalization.ReturnScaler(num_envs, gamma=1.0)
+
+  @property
+  def returns(self) -> normalization.RunningMeanStd:
+    return self._scaler.returns
+
+  @property
+  def running_return(self) -> np.ndarray:
+    return self._scaler.running_return
 
   def __call__(self, rewards: np.ndarray, ended: np.ndarray,
                gamma: float) -> np.ndarray:
@@ -355,12 +362,9 @@ class RewardNormalizer:
                        f'{rewards.shape}: both must be [T, N]')
     if not 0 <= gamma <= 1:
       raise ValueError(f'gamma must be in [0, 1], got {gamma}')
-    scaled = np.empty_like(rewards)
-    for t in range(rewards.shape[0]):
-      self.running_return = self.running_return * gamma + rewards[t]
-      self.returns.update(self.running_return)
-      scaled[t] = rewards[t] / self.returns.std
-      self.running_return[ended[t]] = 0.0
+    self._scaler.gamma = float(gamma)
+    scaled = np.stack([self._scaler(rewards[t], ended[t])
+                       for t in range(rewards.shape[0])])
     return scaled.astype(np.float32)
 
 

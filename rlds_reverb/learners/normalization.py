@@ -44,6 +44,28 @@ class RunningMeanStd:
     return np.sqrt(self.var + EPSILON)
 
 
+class ReturnScaler:
+  """Divides each step's rewards by the running std of the discounted
+  return (VecNormalize's `ret_rms`): each env copy carries its return,
+  restarted after its episode ends, and every step's N returns update the
+  statistics before they scale that step."""
+
+  def __init__(self, num_envs: int, gamma: float, clip: float = 0.0):
+    self.returns = RunningMeanStd(())
+    self.running_return = np.zeros(num_envs, np.float64)
+    self.gamma, self.clip = float(gamma), float(clip)
+
+  def __call__(self, rewards: np.ndarray, ended: np.ndarray) -> np.ndarray:
+    """Scaled float64 rewards [N] of one vector step; clipped to +-clip
+    when clip > 0."""
+    rewards = np.asarray(rewards, np.float64)
+    self.running_return = self.running_return * self.gamma + rewards
+    self.returns.update(self.running_return)
+    self.running_return[np.asarray(ended, bool)] = 0.0
+    scaled = rewards / self.returns.std
+    return np.clip(scaled, -self.clip, self.clip) if self.clip > 0 else scaled
+
+
 class Normalization:
   """The run's observation statistics and reward scale, with their clips.
 
@@ -61,8 +83,8 @@ class Normalization:
     # GAIL freezes the statistics once its discriminator has warmed up
     # (the seed's `envs.venv.eval()`): its input space must hold still.
     self.update_observations = True
-    self.returns = RunningMeanStd(())
-    self._running_return = np.zeros(num_envs, np.float64)
+    self._return_scaler = ReturnScaler(num_envs, gamma, reward_clip)
+    self.returns = self._return_scaler.returns
     # The checkpoint's mirror of the statistics (`save` / `load`).
     self.variables = tf.Module()
     with self.variables.name_scope:
@@ -100,15 +122,9 @@ class Normalization:
   def reward(self, rewards: np.ndarray, ended: np.ndarray) -> np.ndarray:
     """Scaled, clipped float32 rewards [N] of one vector step; `ended`
     [N] restarts each finished copy's discounted return."""
-    rewards = np.asarray(rewards, np.float64)
     if not self.scales_rewards:
-      return rewards.astype(np.float32)
-    self._running_return = self._running_return * self.gamma + rewards
-    self.returns.update(self._running_return)
-    self._running_return[np.asarray(ended, bool)] = 0.0
-    scaled = rewards / self.returns.std
-    return np.clip(scaled, -self.reward_clip,
-                   self.reward_clip).astype(np.float32)
+      return np.asarray(rewards, np.float32)
+    return self._return_scaler(rewards, ended).astype(np.float32)
 
   def statistics(self) -> tuple[np.ndarray, np.ndarray] | None:
     """(obs_mean, obs_std) as float32 for an exported policy, or None."""

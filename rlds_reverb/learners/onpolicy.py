@@ -160,11 +160,12 @@ def _recurrent_values(model: actor_critic.RecurrentActorCritic,
   return values, next_values, final_values
 
 
-def learner_batch(model: Any, rollout: dict, agent_config: ppo.PpoConfig
-                  ) -> dict[str, np.ndarray]:
+def learner_batch(model: Any, rollout: dict, agent_config: ppo.PpoConfig,
+                  *, action_low: Any = 0) -> dict[str, np.ndarray]:
   """Values, GAE advantages and returns of a rollout, in the layout
   `ppo.Updater` trains on: flattened over (T, N), or [N, T] sequences for a
-  recurrent model."""
+  recurrent model. Discrete actions become indices of the model's logits
+  (minus `action_low`)."""
   observation = rollout['observation']
   t_steps, n = observation.shape[:2]
   flat = observation.reshape((t_steps * n,) + observation.shape[2:])
@@ -182,8 +183,11 @@ def learner_batch(model: Any, rollout: dict, agent_config: ppo.PpoConfig
       rollout['truncated'], gamma=agent_config.gamma,
       lam=agent_config.gae_lambda, final_values=final_values,
       proper_time_limits=agent_config.proper_time_limits)
+  action = rollout['action']
+  if model.discrete:
+    action = (action - np.int64(np.min(action_low))).astype(np.int64)
   steps = {
-      'observation': observation, 'action': rollout['action'],
+      'observation': observation, 'action': action,
       'log_prob': rollout['log_prob'].astype(np.float32),
       'advantage': advantages, 'return': returns,
       'value': values.astype(np.float32),
@@ -226,8 +230,9 @@ class GailRewards:
   Expert observations are normalised with the policy's statistics of the
   moment, as the rollout's are; the policy's actions are given to the
   discriminator as the env took them (clipped to the bounds), since the
-  expert's are within them too. After `warmup_updates` the observation
-  statistics freeze.
+  expert's are within them too. From update `gail_warmup_updates` on (the
+  seed's `j >= 10`) the observation statistics freeze: that update's
+  rollout was the last to move them.
   """
 
   def __init__(self, expert_observations: np.ndarray,
@@ -243,23 +248,30 @@ class GailRewards:
         expert_observations.shape[1], expert_actions.shape[1],
         learning_rate=1e-3, seed=config.seed)
     self.reward_scale = gail.RewardNormalizer(agent_config.num_envs)
-    self._rng = np.random.default_rng(config.seed + 7)
+    self._reseed(0)
     # The checkpoint's mirror of the reward scale's statistics.
     self.variables = tf.Module()
     self.variables.discriminator = self.discriminator
     self.variables.ret_stats = tf.Variable(np.zeros(3), dtype=tf.float64)
+
+  def _reseed(self, update_index: int) -> None:
+    # A resumed run draws other minibatches than the updates it replaces.
+    self._rng = np.random.default_rng(
+        (self._config.seed + 7) * 1_000_003 + update_index)
 
   def save(self) -> None:
     stats = self.reward_scale.returns
     self.variables.ret_stats.assign([stats.mean, stats.var, stats.count])
 
   def load(self, update_index: int) -> None:
+    """After a restore: `update_index` is the next update's."""
     mean, var, count = self.variables.ret_stats.numpy()
     stats = self.reward_scale.returns
     if count > 0:
       stats.mean, stats.var, stats.count = mean, var, count
     self._norm.update_observations = (
-        update_index < self._config.gail_warmup_updates)
+        update_index <= self._config.gail_warmup_updates)
+    self._reseed(update_index)
 
   def __call__(self, rollout: dict, update_index: int
                ) -> tuple[np.ndarray, dict[str, float]]:
@@ -271,7 +283,7 @@ class GailRewards:
     expert_obs = self._norm.observation(self._expert_observations)
     batch = min(config.gail_batch_size, len(expert_obs), len(policy_obs))
     steps = min(len(expert_obs) // batch, len(policy_obs) // batch)
-    parts = {}
+    totals, count = {}, 0
     for _ in range(gail.warmup_epochs(
         update_index, warmup_updates=config.gail_warmup_updates,
         warmup_epochs=config.gail_warmup_epochs, epochs=config.gail_epochs)):
@@ -283,15 +295,19 @@ class GailRewards:
         parts = self.discriminator.train_step(
             expert_obs[e], self._expert_actions[e], policy_obs[p],
             policy_actions[p])
+        totals = {key: totals.get(key, 0.0) + value
+                  for key, value in parts.items()}
+        count += 1
     raw = self.discriminator.reward(policy_obs, policy_actions).reshape(
         t_steps, n)
     ended = rollout['terminated'] | rollout['truncated']
     scaled = self.reward_scale(raw, ended, self._gamma)
-    if update_index + 1 >= config.gail_warmup_updates:
+    if update_index >= config.gail_warmup_updates:
       self._norm.update_observations = False
     expert_reward = float(np.mean(self.discriminator.reward(
         expert_obs, self._expert_actions)))
-    return scaled, {**parts, 'policy_reward': float(raw.mean()),
+    means = {key: value / count for key, value in totals.items()}
+    return scaled, {**means, 'policy_reward': float(raw.mean()),
                     'expert_reward': expert_reward}
 
 
@@ -342,7 +358,8 @@ class OnPolicyPhase:
     if self._imitation is not None:
       taken['reward'], gail_metrics = self._imitation(taken, number)
       learner.write_scalars(gail_metrics, env_steps, 'gail')
-    batch = learner_batch(self._run.agent, taken, self._config)
+    batch = learner_batch(self._run.agent, taken, self._config,
+                          action_low=self._run.specs.action_low)
     progress_left = max(1.0 - env_steps / self._total, 1e-8)
     metrics = self._updater(batch, progress_left,
                             seed=self._seed * 1_000_003 + number)

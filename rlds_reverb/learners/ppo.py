@@ -23,6 +23,7 @@ too.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import gin
@@ -137,11 +138,22 @@ def env_defaults(algorithm: str, discrete: bool) -> dict:
   return dict(_DEFAULTS[(algorithm, discrete)])
 
 
+def sequence_minibatches(values: dict) -> int:
+  """The most minibatches up to the configured number that whole
+  sequences allow (a divisor of num_envs): a recurrent policy's default."""
+  minibatches = values.get('minibatches', PpoConfig.minibatches)
+  num_envs = values.get('num_envs', PpoConfig.num_envs)
+  return math.gcd(minibatches, num_envs)
+
+
 def defaults_for(algorithm: str, discrete: bool, **overrides) -> PpoConfig:
   """The config of `algorithm` for an env with discrete or continuous
-  actions, with `overrides` (the fields a user set) on top."""
-  config = PpoConfig(algorithm=algorithm,
-                     **{**env_defaults(algorithm, discrete), **overrides})
+  actions, with `overrides` (the fields a user set) on top; a recurrent
+  config's minibatches, unless set, divide num_envs."""
+  values = {**env_defaults(algorithm, discrete), **overrides}
+  if values.get('recurrent') and 'minibatches' not in overrides:
+    values['minibatches'] = sequence_minibatches(values)
+  config = PpoConfig(algorithm=algorithm, **values)
   check(config)
   return config
 
