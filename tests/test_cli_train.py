@@ -34,6 +34,16 @@ def _summary(proc: subprocess.CompletedProcess) -> dict:
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _tensorboard_tags(root: str) -> set[str]:
+  """Every scalar tag a run wrote to its TensorBoard directory."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  board = os.path.join(root, 'tensorboard')
+  return {value.tag for name in os.listdir(board)
+          for event in tf.compat.v1.train.summary_iterator(
+              os.path.join(board, name))
+          for value in event.summary.value}
+
+
 def _error_line(proc: subprocess.CompletedProcess) -> str:
   assert proc.returncode != 0, proc.stdout
   assert 'Traceback' not in proc.stderr, proc.stderr
@@ -159,12 +169,7 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
   evals = [json.loads(line) for line in open(os.path.join(root,
                                                           'eval.jsonl'))]
   assert [e['env_steps'] for e in evals] == [512, 1024, 1536]
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  board = os.path.join(root, 'tensorboard')
-  tags = {value.tag for name in os.listdir(board)
-          for event in tf.compat.v1.train.summary_iterator(
-              os.path.join(board, name))
-          for value in event.summary.value}
+  tags = _tensorboard_tags(root)
   assert {'per/beta', 'per/max_priority', 'eval/average_return'} <= tags
 
 
@@ -230,12 +235,7 @@ def test_her_online_fetchreach_run_resume_and_success_rate(tmp_path):
     records = [json.loads(line) for line in f]
   assert [r['env_steps'] for r in records] == [200, 400]
   assert all('success_rate' in r for r in records)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  board = os.path.join(root, 'tensorboard')
-  tags = {value.tag for name in os.listdir(board)
-          for event in tf.compat.v1.train.summary_iterator(
-              os.path.join(board, name))
-          for value in event.summary.value}
+  tags = _tensorboard_tags(root)
   assert {'eval/success_rate', 'collect/success_rate'} <= tags
   assert os.path.exists(os.path.join(root, 'learning_curve.png'))
 
@@ -343,12 +343,7 @@ def test_ppo_cartpole_run_resume_and_files(tmp_path):
   evals = [json.loads(line) for line in open(os.path.join(root,
                                                           'eval.jsonl'))]
   assert [e['env_steps'] for e in evals] == [1024, 2048]
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  board = os.path.join(root, 'tensorboard')
-  tags = {value.tag for name in os.listdir(board)
-          for event in tf.compat.v1.train.summary_iterator(
-              os.path.join(board, name))
-          for value in event.summary.value}
+  tags = _tensorboard_tags(root)
   assert {'train/approx_kl', 'train/clip_fraction', 'train/value_loss',
           'collect/return', 'eval/average_return'} <= tags
   # Another setting in the same root_dir is refused, naming it.
@@ -399,12 +394,7 @@ def test_ppo_gail_short_run_from_recorded_demonstrations(tmp_path):
     recorded = json.load(f)
   assert recorded['gail_dataset'] == expert
   assert recorded['gail_subsample'] == 3
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  board = os.path.join(root, 'tensorboard')
-  tags = {value.tag for name in os.listdir(board)
-          for event in tf.compat.v1.train.summary_iterator(
-              os.path.join(board, name))
-          for value in event.summary.value}
+  tags = _tensorboard_tags(root)
   assert {'gail/expert_loss', 'gail/gradient_penalty', 'gail/policy_reward',
           'train/loss'} <= tags
 

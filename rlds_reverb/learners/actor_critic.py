@@ -35,8 +35,10 @@ def _mlp(sizes: Sequence[int], out: int, out_gain: float,
   return tf.keras.Sequential(layers, name=name)
 
 
-class ActorCritic(tf.Module):
-  """Policy and value networks, plus the step counter the run loop reads.
+class _Heads(tf.Module):
+  """The actor and critic MLPs, the log std and the step counter that both
+  models share; a subclass's `_make_trunk` makes what feeds the heads (in
+  the name scope, before them) and `_build` calls everything once.
 
   Attributes:
     discrete: categorical policy over `num_actions` actions; else Gaussian
@@ -46,9 +48,9 @@ class ActorCritic(tf.Module):
 
   recurrent = False
 
-  def __init__(self, observation_size: int, *, action_size: int = 0,
-               num_actions: int = 0, hidden: Sequence[int] = (64, 64),
-               initial_log_std: float = 0.0, name: str = 'actor_critic'):
+  def __init__(self, observation_size: int, *, action_size: int,
+               num_actions: int, hidden: Sequence[int],
+               initial_log_std: float, name: str):
     super().__init__(name=name)
     if (action_size > 0) == (num_actions > 0):
       raise ValueError('give one of action_size (continuous) and num_actions '
@@ -59,6 +61,7 @@ class ActorCritic(tf.Module):
     self.hidden = tuple(int(h) for h in hidden)
     outputs = num_actions if self.discrete else action_size
     with self.name_scope:
+      self._make_trunk()
       self.actor = _mlp(self.hidden, outputs, 0.01 if self.discrete else 1.0,
                         'actor')
       self.critic = _mlp(self.hidden, 1, 1.0, 'critic')
@@ -66,9 +69,26 @@ class ActorCritic(tf.Module):
           tf.fill([action_size], float(initial_log_std)), name='log_std'))
       self.train_step_counter = tf.Variable(0, dtype=tf.int64,
                                             name='train_step')
+    self._build()
+
+  def _make_trunk(self) -> None:
+    pass
+
+  def _build(self) -> None:
     dummy = tf.zeros([1, self.observation_size])
     self.actor(dummy)
     self.critic(dummy)
+
+
+class ActorCritic(_Heads):
+  """Policy and value networks on the observation."""
+
+  def __init__(self, observation_size: int, *, action_size: int = 0,
+               num_actions: int = 0, hidden: Sequence[int] = (64, 64),
+               initial_log_std: float = 0.0, name: str = 'actor_critic'):
+    super().__init__(observation_size, action_size=action_size,
+                     num_actions=num_actions, hidden=hidden,
+                     initial_log_std=initial_log_std, name=name)
 
   def value(self, observations: tf.Tensor) -> tf.Tensor:
     return self.critic(observations)[:, 0]
@@ -80,8 +100,7 @@ class ActorCritic(tf.Module):
 
   @property
   def trainable_weights(self) -> list[tf.Variable]:
-    weights = self.actor.trainable_weights + self.critic.trainable_weights
-    return weights + ([self.log_std] if self.log_std is not None else [])
+    return _heads_weights(self)
 
 
 def _policy_terms(out: tf.Tensor, actions: tf.Tensor,
@@ -101,7 +120,14 @@ def _policy_terms(out: tf.Tensor, actions: tf.Tensor,
   return log_prob, entropy
 
 
-class RecurrentActorCritic(tf.Module):
+def _heads_weights(model: _Heads, trunk: Sequence[tf.Variable] = ()
+                   ) -> list[tf.Variable]:
+  weights = (list(trunk) + model.actor.trainable_weights +
+             model.critic.trainable_weights)
+  return weights + ([model.log_std] if model.log_std is not None else [])
+
+
+class RecurrentActorCritic(_Heads):
   """The seed codebase's recurrent policy: a GRU on the observation whose
   state feeds the actor and the critic MLPs.
 
@@ -116,26 +142,17 @@ class RecurrentActorCritic(tf.Module):
                num_actions: int = 0, hidden: Sequence[int] = (64,),
                state_size: int = 64, initial_log_std: float = 0.0,
                name: str = 'recurrent_actor_critic'):
-    super().__init__(name=name)
-    if (action_size > 0) == (num_actions > 0):
-      raise ValueError('give one of action_size (continuous) and num_actions '
-                       f'(discrete); got {action_size} and {num_actions}')
-    self.observation_size = int(observation_size)
-    self.discrete = num_actions > 0
-    self.num_actions, self.action_size = int(num_actions), int(action_size)
-    self.hidden, self.state_size = tuple(int(h) for h in hidden), state_size
-    outputs = num_actions if self.discrete else action_size
-    with self.name_scope:
-      self.cell = tf.keras.layers.GRUCell(state_size)
-      self.actor = _mlp(self.hidden, outputs, 0.01 if self.discrete else 1.0,
-                        'actor')
-      self.critic = _mlp(self.hidden, 1, 1.0, 'critic')
-      self.log_std = (None if self.discrete else tf.Variable(
-          tf.fill([action_size], float(initial_log_std)), name='log_std'))
-      self.train_step_counter = tf.Variable(0, dtype=tf.int64,
-                                            name='train_step')
+    self.state_size = state_size
+    super().__init__(observation_size, action_size=action_size,
+                     num_actions=num_actions, hidden=hidden,
+                     initial_log_std=initial_log_std, name=name)
+
+  def _make_trunk(self) -> None:
+    self.cell = tf.keras.layers.GRUCell(self.state_size)
+
+  def _build(self) -> None:
     self.step(tf.zeros([1, self.observation_size]), self.initial_state(1))
-    features = tf.zeros([1, state_size])
+    features = tf.zeros([1, self.state_size])
     self.actor(features)
     self.critic(features)
 
@@ -170,9 +187,7 @@ class RecurrentActorCritic(tf.Module):
 
   @property
   def trainable_weights(self) -> list[tf.Variable]:
-    weights = (self.cell.trainable_weights + self.actor.trainable_weights +
-               self.critic.trainable_weights)
-    return weights + ([self.log_std] if self.log_std is not None else [])
+    return _heads_weights(self, self.cell.trainable_weights)
 
 
 def _dense_weights(model: tf.keras.Sequential
