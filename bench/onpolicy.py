@@ -14,7 +14,7 @@ so every N does the same learning work per env step. The reference is the
 1-copy collection rate of the same run (`vs_collect_1`).
 
   python bench/onpolicy.py [--env HalfCheetah-v5] [--copies 1,4,8] \
-      [--rollouts 5] [--rollout_size 2048]
+      [--rollouts 20] [--rollout_size 2048]
 
 Prints one JSON line.
 """
@@ -89,7 +89,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--env', default='HalfCheetah-v5')
   parser.add_argument('--copies', default='1,4,8')
-  parser.add_argument('--rollouts', type=int, default=5,
+  parser.add_argument('--rollouts', type=int, default=20,
                       help='timed rollouts per measurement')
   parser.add_argument('--rollout_size', type=int, default=2048)
   args = parser.parse_args()
