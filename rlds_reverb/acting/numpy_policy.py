@@ -221,25 +221,34 @@ class NumpyPolicy:
 
   def save(self, path: str) -> None:
     """Writes an .npz (float32 weights, metadata as JSON)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    arrays = {'head': np.asarray(self.head),
-              'action_low': self.action_low, 'action_high': self.action_high,
-              'metadata': np.asarray(json.dumps(self.metadata, sort_keys=True))}
-    for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
-      arrays[f'kernel_{i}'] = kernel.astype(np.float32)
-      arrays[f'bias_{i}'] = bias.astype(np.float32)
-    if self.obs_mean is not None:
-      arrays['obs_mean'] = self.obs_mean
-      arrays['obs_std'] = self.obs_std
-    if self.obs_clip is not None:
-      arrays['obs_clip'] = np.asarray(self.obs_clip)
-    if self.activation != 'relu':
-      arrays['activation'] = np.asarray(self.activation)
-    if self.log_std is not None:
-      arrays['log_std'] = self.log_std.astype(np.float32)
-    tmp = f'{path}.tmp.npz'
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, path)
+    extra = ({} if self.activation == 'relu' else
+             {'activation': np.asarray(self.activation)})
+    save_arrays(path, self, **extra)
+
+
+def save_arrays(path: str, policy: Any, **extra: np.ndarray) -> None:
+  """Writes what every policy file holds (head, MLP weights as float32,
+  action bounds, observation statistics, log std, metadata as JSON) and
+  `extra`, through a temporary file: a crash never leaves half a policy."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  arrays = {**extra, 'head': np.asarray(policy.head),
+            'action_low': policy.action_low,
+            'action_high': policy.action_high,
+            'metadata': np.asarray(json.dumps(policy.metadata,
+                                              sort_keys=True))}
+  for i, (kernel, bias) in enumerate(zip(policy.kernels, policy.biases)):
+    arrays[f'kernel_{i}'] = kernel.astype(np.float32)
+    arrays[f'bias_{i}'] = bias.astype(np.float32)
+  if policy.obs_mean is not None:
+    arrays['obs_mean'] = policy.obs_mean
+    arrays['obs_std'] = policy.obs_std
+  if policy.obs_clip is not None:
+    arrays['obs_clip'] = np.asarray(policy.obs_clip)
+  if policy.log_std is not None:
+    arrays['log_std'] = policy.log_std.astype(np.float32)
+  tmp = f'{path}.tmp.npz'
+  np.savez_compressed(tmp, **arrays)
+  os.replace(tmp, path)
 
 
 def load(path: str) -> NumpyPolicy:

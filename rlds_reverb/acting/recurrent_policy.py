@@ -258,28 +258,11 @@ class RecurrentPolicy:
 
   def save(self, path: str) -> None:
     """Writes an .npz (float32 weights, metadata as JSON, the marker)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    arrays = {'recurrent': np.asarray(_MARKER),
-              'head': np.asarray(self.head),
-              'gru_kernel': self.gru_kernel.astype(np.float32),
-              'gru_recurrent_kernel':
-                  self.gru_recurrent_kernel.astype(np.float32),
-              'gru_bias': self.gru_bias.astype(np.float32),
-              'action_low': self.action_low, 'action_high': self.action_high,
-              'metadata': np.asarray(json.dumps(self.metadata, sort_keys=True))}
-    for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
-      arrays[f'kernel_{i}'] = kernel.astype(np.float32)
-      arrays[f'bias_{i}'] = bias.astype(np.float32)
-    if self.log_std is not None:
-      arrays['log_std'] = self.log_std.astype(np.float32)
-    if self.obs_mean is not None:
-      arrays['obs_mean'] = self.obs_mean
-      arrays['obs_std'] = self.obs_std
-    if self.obs_clip is not None:
-      arrays['obs_clip'] = np.asarray(self.obs_clip)
-    tmp = f'{path}.tmp.npz'
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, path)
+    numpy_policy.save_arrays(
+        path, self, recurrent=np.asarray(_MARKER),
+        gru_kernel=self.gru_kernel.astype(np.float32),
+        gru_recurrent_kernel=self.gru_recurrent_kernel.astype(np.float32),
+        gru_bias=self.gru_bias.astype(np.float32))
 
 
 def is_recurrent_file(path: str) -> bool:
