@@ -6,6 +6,8 @@ TensorFlow 2.15 needs protobuf 3.20, which rules out tensorflow-metadata > 1.14
 and numpy >= 2; tf-agents 0.19.0 pins typing-extensions==4.5.0, which rules
 out gymnasium >= 1.4 (the first release to require typing-extensions >= 4.12;
 1.0 to 1.3 accept >= 4.3, and gymnasium-robotics 1.4 needs gymnasium >= 1.2).
+minari is pinned to 0.5.3, the last release that accepts numpy < 2 (0.5.4
+requires numpy >= 2); its hdf5 extra is h5py, which TensorFlow already brings.
 """
 import setuptools
 
@@ -28,6 +30,9 @@ INSTALL_REQUIRES = [
     'absl-py',
     'gin-config==0.5.0',  # configs/*.gin, pipelines.train --gin_file
     'matplotlib',
+    # datasets.load('minari:ID'); 0.5.4 needs numpy >= 2. Downloading also
+    # needs the hf extra (huggingface_hub), left out: see docs/datasets.md.
+    'minari[hdf5]==0.5.3',
 ]
 
 setuptools.setup(

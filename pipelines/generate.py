@@ -34,17 +34,21 @@ _ENV = flags.DEFINE_string(
 _POLICY = flags.DEFINE_string(
     'policy', 'random',
     'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5: '
-    'medium, final; numpy snapshots of our SAC run, stochastic, with exact '
-    'action log-probs; no expert: the run did not reach expert level), or '
-    'the path of a policy .npz.')
+    'medium and expert, D4RL\'s roles, from our 1M-step SAC run; final, '
+    'the last policy of an earlier 150k-step run; numpy snapshots acting '
+    'stochastically, with exact action log-probs; see docs/datasets.md), '
+    'or the path of a policy .npz.')
 _DATASET_KIND = flags.DEFINE_enum(
     'dataset_kind', 'policy', list(recording.DATASET_KINDS),
     'policy: --episodes rollouts of --policy. medium-replay: the replay data '
     'of the SAC run up to the medium snapshot, re-collected by its shipped '
-    'snapshots (--episodes and --policy are ignored). Also spelled '
-    '--dataset-kind.')
+    'snapshots (--episodes and --policy are ignored). medium-expert: '
+    '--episodes of the medium policy, then --episodes of the expert, each '
+    'half equal to that policy\'s own dataset of the same --seed (--policy '
+    'is ignored). Also spelled --dataset-kind.')
 _EPISODES = flags.DEFINE_integer(
-    'episodes', None, 'Number of episodes to record (> 0).')
+    'episodes', None, 'Number of episodes to record (> 0); with '
+    '--dataset-kind medium-expert, of each half.')
 _OUT = flags.DEFINE_string(
     'out', None, 'Output directory; pass it to rlds_reverb.datasets.load. Must '
     'be absent or empty unless --overwrite.')
@@ -65,7 +69,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(_PROG, ValueError(f'unexpected arguments: {" ".join(argv[1:])}'),
              code=2)
-  required = (_ENV, _OUT) if _DATASET_KIND.value != 'policy' else (
+  required = (_ENV, _OUT) if _DATASET_KIND.value == 'medium-replay' else (
       _ENV, _EPISODES, _OUT)
   for flag in required:
     if flag.value is None:

@@ -75,7 +75,12 @@ from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
+from rlds_reverb.learners import awac  # pylint: disable=unused-import (gin)
+from rlds_reverb.learners import cal_ql  # pylint: disable=unused-import
+from rlds_reverb.learners import iql  # pylint: disable=unused-import
 from rlds_reverb.learners import offline
+from rlds_reverb.learners import rebrac  # pylint: disable=unused-import
+from rlds_reverb.learners import sac_n  # pylint: disable=unused-import
 from rlds_reverb.learners import online
 from rlds_reverb.learners import onpolicy
 from rlds_reverb.learners import ppo
@@ -88,7 +93,10 @@ _AGENT = flags.DEFINE_enum(
     'Agent to train. Online (--env only): sac, td3 (continuous actions), dqn '
     '(discrete actions); on-policy: ppo, a2c (either kind, rollouts through '
     'a Reverb queue). Offline (--dataset or --reverb_address): bc, td3_bc, '
-    'cql_sac. Required.')
+    'cql_sac (TF-Agents\' own), iql, awac, rebrac, sac_n, edac, cal_ql '
+    '(this toolkit\'s TF-Agents agents, CORL\'s settings; per-dataset '
+    'settings in configs/<agent>_halfcheetah_<kind>.gin; see '
+    'docs/offline_rl.md). Required.')
 _ENV = flags.DEFINE_string(
     'env', 'HalfCheetah-v5', 'gymnasium env id: where online agents act and '
     'where every agent is evaluated. Its spaces must match the dataset.')
@@ -123,16 +131,19 @@ _STEPS = flags.DEFINE_integer(
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of TensorFlow, the envs and '
                              'the exploration.', lower_bound=0)
 _BATCH_SIZE = flags.DEFINE_integer(
-    'batch_size', 256, 'Transitions per gradient step (dqn default: 64).',
-    lower_bound=1)
+    'batch_size', None, 'Transitions per gradient step (default: the '
+    "agent's published one: 256; rebrac 1024, dqn 64).", lower_bound=1)
 _ACTOR_LR = flags.DEFINE_float(
     'actor_learning_rate', None, 'Actor Adam learning rate (default: the '
     "agent's published one: 3e-4; bc 1e-3).", lower_bound=0)
 _CRITIC_LR = flags.DEFINE_float(
-    'critic_learning_rate', 3e-4, 'Critic Adam learning rate.', lower_bound=0)
+    'critic_learning_rate', None, 'Critic Adam learning rate (iql: also of '
+    "the value function). Default: the agent's published one: 3e-4; rebrac "
+    '1e-3.', lower_bound=0)
 _ALPHA_LR = flags.DEFINE_float(
-    'alpha_learning_rate', 3e-4, 'SAC / CQL-SAC entropy temperature learning '
-    'rate.', lower_bound=0)
+    'alpha_learning_rate', None, 'Entropy temperature learning rate of sac, '
+    "cql_sac, sac_n, edac and cal_ql. Default: the agent's published one: "
+    '3e-4; cal_ql 3e-5.', lower_bound=0)
 _TD3_BC_ALPHA = flags.DEFINE_float(
     'td3_bc_alpha', 2.5, 'TD3+BC: weight of the Q term against the BC term '
     '(Fujimoto & Gu 2021 use 2.5).', lower_bound=0)
@@ -145,8 +156,13 @@ _CQL_BC_STEPS = flags.DEFINE_integer(
     'down with a smaller --steps).', lower_bound=0)
 _NORMALIZE = flags.DEFINE_enum(
     'normalize_observations', 'auto', ['auto', 'true', 'false'],
-    'Normalise observations with the dataset mean/std (auto: td3_bc only, '
-    'as the paper does).')
+    'Normalise observations with the dataset mean/std (auto: td3_bc, iql '
+    'and cal_ql, as their papers / CORL configs do).')
+_NORMALIZE_REWARDS = flags.DEFINE_enum(
+    'normalize_rewards', 'auto', ['auto', 'true', 'false'],
+    'Scale rewards by 1000 / (max - min episode return) of the dataset '
+    '(auto: iql only, as its paper does on locomotion). Offline agents '
+    'iql, awac, rebrac, sac_n, edac, cal_ql with the memory feed.')
 _EVAL_INTERVAL = flags.DEFINE_integer(
     'eval_interval', 10_000, 'Evaluate every N gradient steps (offline) or '
     'env steps (online; dqn default: 1000).', lower_bound=1)
@@ -308,6 +324,7 @@ _FLAGS_OF_FIELD = {
     'OnlineConfig.env_steps': ('steps',),
     'OnPolicyConfig.env_steps': ('steps',),
     'AgentConfig.double_dqn': ('double',),
+    'AgentConfig.train_steps': ('steps',),
     'PerConfig.alpha': ('per_alpha',),
     'PerConfig.beta0': ('per_beta0',),
     'PerConfig.beta_steps': ('per_beta_steps',),
@@ -375,7 +392,7 @@ def _root_dir(cls: type, source: str) -> str:
   return os.path.join('runs', f'{_AGENT.value}{replay}_{slug}_seed{seed}')
 
 
-def _agent_config() -> agents.AgentConfig:
+def _agent_config(train_steps: int | None = None) -> agents.AgentConfig:
   return _make(
       agents.AgentConfig, actor_learning_rate=_ACTOR_LR.value,
       critic_learning_rate=_CRITIC_LR.value,
@@ -383,7 +400,8 @@ def _agent_config() -> agents.AgentConfig:
       cql_alpha=_CQL_ALPHA.value, cql_bc_steps=_CQL_BC_STEPS.value,
       dqn_learning_rate=_DQN_LR.value, double_dqn=_DOUBLE.value,
       dueling=_DUELING.value,
-      target_update_period=_TARGET_UPDATE_PERIOD.value, seed=_SEED.value)
+      target_update_period=_TARGET_UPDATE_PERIOD.value, seed=_SEED.value,
+      train_steps=train_steps)
 
 
 def _usage_error(message: str) -> None:
@@ -399,7 +417,8 @@ def _offline_config() -> offline.OfflineConfig:
                  '--reverb_address, or pick one of: '
                  + ', '.join(agents.OFFLINE_AGENTS))
   cls = offline.OfflineConfig
-  normalize = {'auto': None, 'true': True, 'false': False}[_NORMALIZE.value]
+  choice = {'auto': None, 'true': True, 'false': False}
+  normalize = choice[_NORMALIZE.value]
   table = common_flags.TABLE.value
   source = _DATASET.value or f'{_REVERB_ADDRESS.value}_{table}'
   train_steps = _setting(cls, 'train_steps', _STEPS.value or 300_000)
@@ -412,10 +431,13 @@ def _offline_config() -> offline.OfflineConfig:
       download=common_flags.DOWNLOAD.value,
       max_episodes=_PUSH_FLAGS.max_episodes.value,
       reverb_address=_REVERB_ADDRESS.value, table=table,
-      train_steps=train_steps, batch_size=_BATCH_SIZE.value,
+      train_steps=train_steps,
+      batch_size=(_BATCH_SIZE.value or
+                  agents.DEFAULT_BATCH_SIZE.get(_AGENT.value, 256)),
       eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,
       normalize_observations=normalize,
+      normalize_rewards=choice[_NORMALIZE_REWARDS.value],
       online_finetune_steps=_FINETUNE.value, train_every=_TRAIN_EVERY.value,
       replay=_REPLAY.value, per_config=_per_config(train_steps),
       feed=_FEED.value, n_step=_N_STEP.value,
@@ -423,7 +445,7 @@ def _offline_config() -> offline.OfflineConfig:
       exploration_noise=_EXPLORATION_NOISE.value,
       reconnect_timeout_s=(_RECONNECT_TIMEOUT.value if _RECONNECT.value
                            else 0.0),
-      seed=_SEED.value, agent_config=_agent_config())
+      seed=_SEED.value, agent_config=_agent_config(train_steps))
 
 
 def _online_config() -> online.OnlineConfig:
@@ -449,7 +471,7 @@ def _online_config() -> online.OnlineConfig:
       root_dir=_root_dir(cls, _setting(cls, 'env', _ENV.value)),
       agent=_AGENT.value, env_steps=env_steps,
       initial_collect_steps=initial_collect_steps,
-      batch_size=_value(_BATCH_SIZE), train_every=_value(_TRAIN_EVERY),
+      batch_size=_value(_BATCH_SIZE) or 256, train_every=_value(_TRAIN_EVERY),
       utd=utd, eval_interval=_value(_EVAL_INTERVAL),
       eval_episodes=_value(_EVAL_EPISODES),
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,

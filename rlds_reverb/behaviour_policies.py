@@ -2,11 +2,12 @@
 
 The shipped policies are numpy snapshots of this project's own online SAC
 runs (`rlds_reverb/policies/<env>/`), in the roles D4RL gives its data:
-  medium.npz   a snapshot whose return is about a third of the run's final
-  final.npz    the run's final policy (D4RL's `expert` only if the run
-               reached expert level; ours did not, see NOT_SHIPPED)
+  medium.npz   the snapshot whose stochastic return is closest to D4RL's
+               medium level (`ship_from_run(medium_return=...)`)
+  expert.npz   the final policy of a run long enough to be an expert
   replay/      the snapshots the run took on its way to `medium`, each of
                which collected `interval` env steps of the replay data
+  final.npz    (history) the last policy of an earlier, shorter run
 They load without TensorFlow (`numpy_policy`), so recording never traces a
 graph, and they act stochastically, as D4RL's behaviour policies did, with
 exact log-probabilities for `infos/action_log_probs`.
@@ -125,20 +126,42 @@ def replay_policy_path(env_id: str, name: str) -> str:
   return str(env_dir(env_id) / REPLAY_DIR / f'{name}.npz')
 
 
+def stochastic_return(policy: numpy_policy.NumpyPolicy, env_id: str,
+                      episodes: int = 10, seed: int = 0) -> float:
+  """Mean return of the policy acting as it records (sampled actions):
+  the behaviour return of the data it would record."""
+  from rlds_reverb.acting import evaluation  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.acting import envs  # pylint: disable=g-import-not-at-top
+  env = envs.make_env(env_id)
+  try:
+    act = as_recording_policy(policy, env.observation_space,
+                              env.action_space, seed, 'snapshot')
+  finally:
+    env.close()
+  return evaluation.evaluate(lambda obs: act(obs)[0], env_id, episodes,
+                             seed=seed).average_return
+
+
 def ship_from_run(run_dir: str, env_id: str, *,
                   policy_dir: pathlib.Path | None = None,
                   medium_fraction: float = 1 / 3,
+                  medium_return: float | None = None,
+                  expert: bool = False, episodes: int = 10,
                   initial_collect_steps: int = 10_000) -> dict:
   """Turns an online run's snapshots into the shipped behaviour policies.
 
-  `medium` is the snapshot whose evaluation return is closest to
-  `medium_fraction` of the run's last one (D4RL's definition); `final` is
-  the run's last policy; `replay/` holds the snapshots before `medium` and
-  a schedule saying how many env steps each collected in training (the
-  first `initial_collect_steps` were uniform random).
+  `medium` is the snapshot whose return is closest to `medium_return`
+  (D4RL's medium level, about 4,770 on HalfCheetah), measured as the
+  policy records: sampled actions, `episodes` episodes each (the closest
+  three again over 5x as many), snapshots before the last only; without `medium_return`, the one whose greedy
+  evaluation return is closest to `medium_fraction` of the run's last.
+  `final` (or `expert`, with `expert`) is the run's last policy; `replay/`
+  holds the snapshots before `medium` and a schedule saying how many env
+  steps each collected in training (the first `initial_collect_steps`
+  were uniform random).
 
   Returns:
-    What was chosen: {'medium': step, 'medium_return', 'final_return', ...}.
+    What was chosen: {'medium_step', 'medium_return', 'final_return', ...}.
 
   Raises:
     ValueError: the run has no evaluated snapshots.
@@ -156,12 +179,28 @@ def ship_from_run(run_dir: str, env_id: str, *,
     raise ValueError(f'{run_dir} holds no evaluated policy snapshots')
   final_step = evaluated[-1]
   final_return = evals[final_step]
-  medium_step = min(evaluated, key=lambda s: abs(
-      evals[s] - medium_fraction * final_return))
+  sampled = {}
+  if medium_return is not None:
+    candidates = evaluated[:-1] or evaluated
+    sampled = {s: stochastic_return(numpy_policy.load(str(steps[s])), env_id,
+                                    episodes) for s in candidates}
+    # Returns of one snapshot spread between seeds (a cheetah that flips
+    # over scores low); the closest few are measured again, 5x longer.
+    closest = sorted(candidates, key=lambda s: abs(sampled[s] -
+                                                   medium_return))[:3]
+    for s in closest:
+      sampled[s] = stochastic_return(numpy_policy.load(str(steps[s])),
+                                     env_id, 5 * episodes, seed=1000)
+    medium_step = min(closest, key=lambda s: abs(sampled[s] - medium_return))
+  else:
+    medium_step = min(evaluated, key=lambda s: abs(
+        evals[s] - medium_fraction * final_return))
   (policy_dir / REPLAY_DIR).mkdir(parents=True, exist_ok=True)
   numpy_policy.load(str(steps[medium_step])).save(
       str(policy_dir / 'medium.npz'))
-  numpy_policy.load(str(steps[final_step])).save(str(policy_dir / 'final.npz'))
+  last_name = 'expert' if expert else 'final'
+  numpy_policy.load(str(steps[final_step])).save(
+      str(policy_dir / f'{last_name}.npz'))
   segments = [{'policy': 'random', 'env_steps': initial_collect_steps}]
   collected_by = [s for s in sorted(steps)
                   if initial_collect_steps <= s < medium_step]
@@ -173,6 +212,9 @@ def ship_from_run(run_dir: str, env_id: str, *,
   chosen = {'medium_step': medium_step, 'medium_return': evals[medium_step],
             'final_step': final_step, 'final_return': final_return,
             'replay_env_steps': sum(s['env_steps'] for s in segments)}
+  if sampled:
+    chosen.update(medium_stochastic_return=sampled[medium_step],
+                  stochastic_returns={str(s): r for s, r in sampled.items()})
   with open(policy_dir / REPLAY_DIR / SCHEDULE_FILE, 'w') as f:
     json.dump({'segments': segments, 'source': chosen}, f, indent=1)
   return chosen

@@ -2,8 +2,9 @@
 
 One entry point, `load`, so pipelines accept either `d4rl_mujoco_halfcheetah/
 v2-medium` or a directory written by `python -m pipelines.generate` behind a
-single `--dataset` flag. Failures raise one-line errors that say what was
-asked for and how to get the data, because the usual cause is an offline
+single `--dataset` flag; `minari:ID` reads a Minari dataset
+(`rlds_reverb.minari_source`). Failures raise one-line errors that say what
+was asked for and how to get the data, because the usual cause is an offline
 machine, not a bug.
 
 Two guards sit on the load path. A dataset directory is data, never code:
@@ -470,14 +471,19 @@ def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
   """Returns an RLDS dataset (episodes with a nested `steps` dataset).
 
   Args:
-    name_or_path: TFDS name (`d4rl_mujoco_halfcheetah/v2-medium`) or local
-      TFDS-format directory (e.g. the `--out` of `pipelines.generate`).
-    split: TFDS split spec, e.g. `train` or `train[:10]`.
-    data_dir: TFDS data dir for names; None means TFDS' default.
+    name_or_path: TFDS name (`d4rl_mujoco_halfcheetah/v2-medium`), local
+      TFDS-format directory (e.g. the `--out` of `pipelines.generate`), or
+      `minari:` and a Minari dataset id (`minari:mujoco/halfcheetah/
+      medium-v0`; see `rlds_reverb.minari_source.load`).
+    split: TFDS split spec, e.g. `train` or `train[:10]`; only `train` for
+      Minari datasets.
+    data_dir: TFDS data dir for names (Minari's data root for `minari:`
+      names); None means TFDS' (Minari's) default.
     download: for names, download and prepare the data if it is missing.
     verify: how the shard files are checked before the dataset is returned;
       see `check_shards`. The default 'auto' checks every record's checksum
-      up to 512 MiB of shards and only their framing above.
+      up to 512 MiB of shards and only their framing above. Minari datasets
+      have no tfrecord shards: nothing is checked.
 
   Returns:
     A tf.data.Dataset of episodes.
@@ -491,6 +497,11 @@ def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
       unknown `verify`.
   """
   _check_verify(verify)
+  if name_or_path.startswith('minari:'):
+    # Lazy: TFDS users never import minari (or h5py through it).
+    from rlds_reverb import minari_source  # pylint: disable=g-import-not-at-top
+    return minari_source.load(name_or_path, split=split, data_dir=data_dir,
+                              download=download)
   builder = make_builder(name_or_path, data_dir=data_dir, download=download)
   known = set(builder.info.splits.keys())
   for part in split.split('+'):

@@ -223,7 +223,7 @@ def dataset_name(env_id: str, policy: str) -> str:
   return slug if slug[:1].isalpha() else f'env_{slug}'
 
 
-DATASET_KINDS = ('policy', 'medium-replay')
+DATASET_KINDS = ('policy', 'medium-replay', 'medium-expert')
 
 
 def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
@@ -238,17 +238,25 @@ def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
 
 
 def _segments(env_id: str, policy: str, dataset_kind: str,
-              num_episodes: int | None, time_limit: int
-              ) -> list[tuple[str, int]]:
-  """(policy, episodes) in recording order."""
+              num_episodes: int | None, time_limit: int, seed: int | None
+              ) -> list[tuple[str, int, int | None]]:
+  """(policy, episodes, seed) in recording order.
+
+  medium-expert records `medium` then `expert` with the same seed, so it
+  is exactly the medium and the expert datasets of that seed, one after
+  the other (D4RL's is their concatenation too).
+  """
   if dataset_kind == 'policy':
-    return [(policy, num_episodes)]
+    return [(policy, num_episodes, seed)]
+  if dataset_kind == 'medium-expert':
+    return [('medium', num_episodes, seed), ('expert', num_episodes, seed)]
   segments = []
-  for segment in behaviour_policies.replay_schedule(env_id):
+  for i, segment in enumerate(behaviour_policies.replay_schedule(env_id)):
     name = segment['policy']
     if name != 'random':
       name = behaviour_policies.replay_policy_path(env_id, name)
-    segments.append((name, max(1, segment['env_steps'] // time_limit)))
+    segments.append((name, max(1, segment['env_steps'] // time_limit),
+                     None if seed is None else seed + 7919 * i))
   return segments
 
 
@@ -267,15 +275,18 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     env_id: gymnasium env id with Box observation and action spaces.
     policy: 'random', a policy shipped for the env ('medium', 'expert'; see
       `behaviour_policies`) or the path of a policy .npz.
-    num_episodes: episodes to record (> 0); ignored for 'medium-replay'.
+    num_episodes: episodes to record (> 0); for 'medium-expert', of each
+      half; ignored for 'medium-replay'.
     out_dir: output directory; must be absent or empty unless `overwrite`.
     seed: seeds the envs and the policy; None for fresh randomness.
     num_envs: sub-envs stepped together (capped at `num_episodes`).
     max_episode_steps: time limit in env steps; None keeps the env's own.
     overwrite: replace a non-empty `out_dir` that holds generated data.
-    dataset_kind: 'policy' (rollouts of `policy`) or 'medium-replay' (the
+    dataset_kind: 'policy' (rollouts of `policy`), 'medium-replay' (the
       shipped replay schedule: each snapshot SAC took on its way to medium
-      records the env steps it collected in training, random first).
+      records the env steps it collected in training, random first) or
+      'medium-expert' (`num_episodes` of the shipped medium policy, then as
+      many of the expert, each half as its own dataset of the same seed).
     show_progress: show a tqdm bar of recorded env steps.
 
   Returns:
@@ -291,9 +302,12 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
   if dataset_kind not in DATASET_KINDS:
     raise ValueError(f'unknown dataset kind {dataset_kind!r}; one of: '
                      f'{", ".join(DATASET_KINDS)}')
-  if dataset_kind == 'policy':
-    if policy not in POLICIES:
-      behaviour_policies.load_policy(policy, env_id)  # Fails early if unknown.
+  if dataset_kind == 'medium-expert':
+    for name in ('medium', 'expert'):
+      behaviour_policies.load_policy(name, env_id)  # Fails early if absent.
+  if dataset_kind == 'policy' and policy not in POLICIES:
+    behaviour_policies.load_policy(policy, env_id)  # Fails early if unknown.
+  if dataset_kind != 'medium-replay':
     if num_episodes is None or num_episodes <= 0:
       raise ValueError(f'num_episodes must be > 0, got {num_episodes}')
   if num_envs <= 0:
@@ -311,15 +325,14 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
           f'env {env_id!r} has no time limit; pass max_episode_steps')
     spec = make_step_spec(envs, env_id)
     segments = _segments(env_id, policy, dataset_kind, num_episodes,
-                         time_limit)
-    total_episodes = sum(n for _, n in segments)
+                         time_limit, seed)
+    total_episodes = sum(n for _, n, _ in segments)
     returns, steps = [], 0
 
     def counted(bar: tqdm.tqdm):
       nonlocal steps
       offset = 0
-      for i, (name, count) in enumerate(segments):
-        segment_seed = None if seed is None else seed + 7919 * i
+      for name, count, segment_seed in segments:
         act = _policy_for(name, env_id, envs, segment_seed)
         for key, episode in record_episodes(envs, act, count, spec,
                                             seed=segment_seed, progress=bar):

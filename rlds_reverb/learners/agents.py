@@ -30,13 +30,40 @@ from tf_agents.agents.td3 import td3_agent
 from tf_agents.networks import actor_distribution_network
 from tf_agents.utils import common
 
-AGENTS = ('sac', 'td3', 'bc', 'td3_bc', 'cql_sac', 'dqn')
-OFFLINE_AGENTS = ('bc', 'td3_bc', 'cql_sac')
+# Offline learners TF-Agents lacks, written here as TFAgents (see their
+# modules: iql, awac, rebrac, sac_n, cal_ql).
+OFFLINE_RL_AGENTS = ('iql', 'awac', 'rebrac', 'sac_n', 'edac', 'cal_ql')
+AGENTS = ('sac', 'td3', 'bc', 'td3_bc', 'cql_sac', 'dqn') + OFFLINE_RL_AGENTS
+OFFLINE_AGENTS = ('bc', 'td3_bc', 'cql_sac') + OFFLINE_RL_AGENTS
 ONLINE_AGENTS = ('sac', 'td3', 'td3_bc', 'cql_sac', 'dqn')
 DISCRETE_AGENTS = ('dqn',)
 # Which numpy head (acting.numpy_policy.HEADS) exports each agent's actor.
 HEAD = {'sac': 'tanh_normal', 'cql_sac': 'tanh_normal', 'td3': 'deterministic',
-        'td3_bc': 'deterministic', 'bc': 'deterministic', 'dqn': 'q_argmax'}
+        'td3_bc': 'deterministic', 'bc': 'deterministic', 'dqn': 'q_argmax',
+        'iql': 'tanh_normal', 'awac': 'tanh_normal', 'rebrac': 'deterministic',
+        'sac_n': 'tanh_normal', 'edac': 'tanh_normal',
+        'cal_ql': 'tanh_normal'}
+# Batch sizes of the published settings where they are not 256.
+DEFAULT_BATCH_SIZE = {'rebrac': 1024}
+# Where each agent's published defaults differ from AgentConfig's None:
+# (actor lr, critic lr, alpha lr, actor layers, critic layers, reward scale).
+_THREE = (256, 256, 256)
+_TWO = (256, 256)
+_PUBLISHED = {
+    'sac': (3e-4, 3e-4, 3e-4, _TWO, _TWO, 0.1),  # haarnoja18
+    'td3': (3e-4, 3e-4, None, _TWO, _TWO, 1.0),
+    'td3_bc': (3e-4, 3e-4, None, _TWO, _TWO, 1.0),  # Fujimoto & Gu
+    'bc': (1e-3, None, None, _TWO, None, 1.0),
+    'cql_sac': (3e-4, 3e-4, 3e-4, _TWO, _THREE, 0.1),  # kumar20
+    'dqn': (None, None, None, _TWO, None, 1.0),
+    # CORL's halfcheetah configs:
+    'iql': (3e-4, 3e-4, None, _TWO, _TWO, 1.0),
+    'awac': (3e-4, 3e-4, None, _THREE, _THREE, 1.0),
+    'rebrac': (1e-3, 1e-3, None, _THREE, _THREE, 1.0),
+    'sac_n': (3e-4, 3e-4, 3e-4, _THREE, _THREE, 1.0),
+    'edac': (3e-4, 3e-4, 3e-4, _THREE, _THREE, 1.0),
+    'cal_ql': (3e-5, 3e-4, 3e-5, _THREE, _THREE, 1.0),
+}
 
 # LossInfo.extra types of the critic learners: their own fields plus
 # td_error, so `extra.critic_loss` still reads as in TF-Agents.
@@ -63,10 +90,12 @@ class AgentConfig:
   actor_learning_rate: Optional[float] = None
   """Adam learning rate of the actor (bc: of the cloning network). None: the
   agent's own, 3e-4 (bc 1e-3)."""
-  critic_learning_rate: float = 3e-4
-  """Adam learning rate of the critics (sac, td3, td3_bc, cql_sac)."""
-  alpha_learning_rate: float = 3e-4
-  """Adam learning rate of SAC's / CQL-SAC's entropy temperature."""
+  critic_learning_rate: Optional[float] = None
+  """Adam learning rate of the critics (and IQL's value function). None:
+  the agent's own, 3e-4 (rebrac 1e-3)."""
+  alpha_learning_rate: Optional[float] = None
+  """Adam learning rate of the entropy temperature (sac, cql_sac, sac_n,
+  edac, cal_ql). None: the agent's own, 3e-4 (cal_ql 3e-5)."""
   gamma: float = 0.99
   """Discount of the TD targets, applied on top of each step's own discount."""
   target_update_tau: float = 0.005
@@ -75,11 +104,16 @@ class AgentConfig:
   reward_scale_factor: Optional[float] = None
   """Rewards are multiplied by this in the TD targets. None: 0.1 for sac and
   cql_sac (TF-Agents' haarnoja18 and kumar20 settings), else 1.0."""
-  actor_layers: tuple[int, ...] = (256, 256)
-  """Hidden layer widths of the actor (bc: of the cloning network)."""
+  actor_layers: Optional[tuple[int, ...]] = None
+  """Hidden layer widths of the actor (bc: of the cloning network). None:
+  3x256 for rebrac, sac_n, edac and cal_ql (CORL), else 2x256."""
   critic_layers: Optional[tuple[int, ...]] = None
   """Hidden layer widths of each critic. None: 3x256 for cql_sac (kumar20),
-  else 2x256."""
+  rebrac, sac_n, edac and cal_ql (CORL), else 2x256."""
+  train_steps: Optional[int] = None
+  """Length of learning-rate schedules in gradient steps (IQL's cosine
+  actor schedule); the pipelines pass the offline phase's --steps. None:
+  1M, the published runs' length."""
   td3_bc_alpha: float = 2.5
   """TD3+BC: weight of the Q term against the BC term (Fujimoto & Gu 2021
   use 2.5)."""
@@ -109,19 +143,16 @@ class AgentConfig:
   unseeded. The pipelines pass --seed."""
 
 
-def _defaults(kind: str, config: AgentConfig) -> AgentConfig:
-  actor_lr = {'cql_sac': 3e-4, 'bc': 1e-3}.get(kind, 3e-4)
-  reward_scale = {'sac': 0.1, 'cql_sac': 0.1}.get(kind, 1.0)
-  critic_layers = (256, 256, 256) if kind == 'cql_sac' else (256, 256)
-  return dataclasses.replace(
-      config,
-      actor_learning_rate=(config.actor_learning_rate
-                           if config.actor_learning_rate is not None
-                           else actor_lr),
-      reward_scale_factor=(config.reward_scale_factor
-                           if config.reward_scale_factor is not None
-                           else reward_scale),
-      critic_layers=config.critic_layers or critic_layers)
+def resolve(kind: str, config: AgentConfig) -> AgentConfig:
+  """`config` with each None replaced by `kind`'s published default."""
+  published = dict(zip(
+      ('actor_learning_rate', 'critic_learning_rate', 'alpha_learning_rate',
+       'actor_layers', 'critic_layers', 'reward_scale_factor'),
+      _PUBLISHED[kind]))
+  published['train_steps'] = 1_000_000
+  return dataclasses.replace(config, **{
+      field: value for field, value in published.items()
+      if getattr(config, field) is None and value is not None})
 
 
 class TdErrorRecorder:
@@ -259,7 +290,12 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
     from rlds_reverb.learners import dqn  # pylint: disable=g-import-not-at-top
     return dqn.make_dqn_agent(time_step_spec, action_spec,
                               config or AgentConfig(), train_step)
-  config = _defaults(kind, config or AgentConfig())
+  config = resolve(kind, config or AgentConfig())
+  if kind in OFFLINE_RL_AGENTS:
+    agent = _offline_rl_factory(kind)(time_step_spec, action_spec, config,
+                                      train_step)
+    agent.initialize()
+    return agent
   obs_spec = time_step_spec.observation
   # Legacy Adam: its slots are checkpointed per variable. The new Keras
   # optimizer keeps them in a list by position, and TF-Agents' SAC/TD3 order
@@ -315,6 +351,18 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
         train_step_counter=train_step, **extra)
   agent.initialize()
   return agent
+
+
+def _offline_rl_factory(kind: str) -> Any:
+  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.learners import awac
+  from rlds_reverb.learners import cal_ql
+  from rlds_reverb.learners import iql
+  from rlds_reverb.learners import rebrac
+  from rlds_reverb.learners import sac_n
+  return {'iql': iql.make_iql, 'awac': awac.make_awac,
+          'rebrac': rebrac.make_rebrac, 'sac_n': sac_n.make_sac_n,
+          'edac': sac_n.make_edac, 'cal_ql': cal_ql.make_cal_ql}[kind]
 
 
 def actor_network(agent: Any) -> Any:

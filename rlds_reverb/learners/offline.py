@@ -50,6 +50,15 @@ FINETUNE_TABLE = 'online'
 FEEDS = ('memory', 'stream')
 # Agents that train offline from goal data with hindsight relabelling.
 HER_OFFLINE_AGENTS = ('td3', 'td3_bc', 'sac')
+# Observations normalised by the data's mean/std by default, as the
+# methods' papers (or CORL's configs for them) do.
+NORMALIZED_OBSERVATIONS = ('td3_bc', 'iql', 'cal_ql')
+# Rewards scaled by 1000 / (max - min episode return) of the data by
+# default (IQL's locomotion setting; CORL's normalize_reward).
+NORMALIZED_REWARDS = ('iql',)
+# Agents that bootstrap from the data's next action (step 1 of each item)
+# or from returns-to-go: one-step transitions only.
+ONE_STEP_AGENTS = ('rebrac', 'cal_ql')
 NORMALIZATION_FILE = 'observation_stats.npz'
 # Deadline of writing PER priorities back to a remote table (one item).
 _WRITE_BACK_TIMEOUT_S = 60.0
@@ -96,7 +105,10 @@ class OfflineConfig:
   """Gradient steps between checkpoints (and at the end)."""
   normalize_observations: bool | None = None
   """Normalise observations with the data's mean and std; None: on for
-  td3_bc only (Fujimoto & Gu)."""
+  td3_bc (Fujimoto & Gu), iql and cal_ql (CORL's configs)."""
+  normalize_rewards: bool | None = None
+  """Scale rewards by 1000 / (max - min episode return) of the data; None:
+  on for iql (Kostrikov et al.'s locomotion setting)."""
   online_finetune_steps: int = 0
   """Env steps of offline-to-online fine-tuning after the offline phase."""
   train_every: int = 1000
@@ -139,8 +151,14 @@ class OfflineConfig:
     if self.her_config is not None:
       return False  # HER normalises with its own running statistics.
     if self.normalize_observations is None:
-      return self.agent == 'td3_bc'
+      return self.agent in NORMALIZED_OBSERVATIONS
     return self.normalize_observations
+
+  @property
+  def scales_rewards(self) -> bool:
+    if self.normalize_rewards is None:
+      return self.agent in NORMALIZED_REWARDS
+    return self.normalize_rewards
 
 
 def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
@@ -173,6 +191,20 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   if config.feed not in FEEDS:
     raise ValueError(f'feed must be one of {", ".join(FEEDS)}, got '
                      f'{config.feed!r}')
+  if config.agent in ONE_STEP_AGENTS and config.n_step != 1:
+    raise ValueError(f'{config.agent} takes one-step transitions (it reads '
+                     'the next action or the return-to-go of each); drop '
+                     f'n_step={config.n_step}')
+  if config.agent == 'cal_ql' and (config.feed != 'memory' or
+                                   config.prioritized):
+    raise ValueError('cal_ql reads each transition\'s return-to-go from the '
+                     'memory feed with uniform sampling: drop --feed stream '
+                     'and prioritized replay')
+  if config.scales_rewards and (config.feed != 'memory' or her_run or
+                                config.agent not in agents.OFFLINE_RL_AGENTS):
+    raise ValueError('reward scaling (normalize_rewards) reads the episode '
+                     'returns from the memory feed and is offered for '
+                     f'{", ".join(agents.OFFLINE_RL_AGENTS)} without HER')
   if config.n_step < 1 or (config.n_step > 1 and (
       config.feed != 'memory' or her_run)):
     raise ValueError(f'n_step must be >= 1, and > 1 needs the memory feed '
@@ -223,12 +255,16 @@ def _replay(config: OfflineConfig, specs: envs.EnvSpecs, data_spec: Any,
                                     normalize=config.her_normalize)
   if config.prioritized:
     return variants.PrioritizedReplay(settings, config.per_settings)
+  if config.agent == 'cal_ql':
+    return variants.ReturnToGoReplay(settings)
   return variants.UniformReplay(settings)
 
 
 def _finetune_replay(config: OfflineConfig,
                      specs: envs.EnvSpecs) -> variants.UniformReplay:
-  return variants.UniformReplay(variants.Settings(
+  variant = (variants.ReturnToGoReplay if config.agent == 'cal_ql'
+             else variants.UniformReplay)
+  return variant(variants.Settings(
       table=FINETUNE_TABLE, data_spec=run.trajectory_spec(specs),
       batch_size=config.batch_size // 2,
       capacity=config.online_finetune_steps + (specs.max_episode_steps or
@@ -367,6 +403,9 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       load_seconds = time.perf_counter() - t0
     mean, std = _observation_stats(
         config, replay.memory if replay is not None else None, data)
+    if config.scales_rewards:
+      returns = offline_data.episode_returns(replay.memory)
+      agent.reward_scale.assign(offline_data.reward_scale(returns))
     normalize = offline_data.normalizer(mean, std)
     if replay is not None:
       source = replay.feed(transform=normalize)

@@ -313,3 +313,30 @@ def memory_observation_stats(memory: memory_lib.TransitionMemory
   flat = flat.reshape(len(flat), -1).astype(np.float64)
   return flat.mean(0).astype(np.float32), (flat.std(0) + 1e-3).astype(
       np.float32)
+
+
+def episode_returns(memory: Any) -> np.ndarray:
+  """Undiscounted return of each live episode in the memory."""
+  returns = []
+  for _, start, length in memory.episode_rows():
+    if length < 2:
+      continue
+    steps = memory.read(np.arange(start, start + length - 1))
+    returns.append(float(np.sum(steps.reward.numpy(), dtype=np.float64)))
+  return np.asarray(returns)
+
+
+def reward_scale(returns: np.ndarray) -> float:
+  """1000 / (max - min episode return): IQL's locomotion reward scaling
+  (and CORL's normalize_reward), which makes the scale of Q the same on
+  every dataset.
+
+  Raises:
+    ValueError: fewer than two episodes, or all returns equal.
+  """
+  if len(returns) < 2 or np.ptp(returns) <= 0:
+    raise ValueError('reward scaling needs episodes of different returns; '
+                     f'the data has {len(returns)} episode(s) with returns '
+                     f'from {np.min(returns, initial=0):.1f} to '
+                     f'{np.max(returns, initial=0):.1f}')
+  return float(1000.0 / np.ptp(returns))

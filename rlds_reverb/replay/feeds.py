@@ -63,7 +63,62 @@ class MixedFeed:
     return tf.nest.map_structure(lambda *x: tf.concat(x, axis=0), *batches)
 
   def train_step(self, agent: Any) -> Callable[[Any], tf.Tensor]:
-    return lambda batch: agent.train(batch).loss
+    # The parts draw alike, so the first one's step fits the whole batch.
+    return self.feeds[0].train_step(agent)
+
+
+class ReturnToGoFeed(UniformFeed):
+  """Uniform transitions, each with its Monte-Carlo return-to-go.
+
+  Cal-QL bounds its conservative Q from below by the discounted return the
+  data actually got from each state on: G_t = r_t + gamma * d_t * G_{t+1}
+  within the episode (0 after its last transition; an episode cut by its
+  time limit is not bootstrapped, as Cal-QL's authors compute it). The
+  returns live in a variable beside the memory, kept in step with its adds.
+  A batch is (trajectory [B, 2], return [B]); `train_step` passes the
+  returns to the agent as `mc_return`.
+  """
+
+  def __init__(self, memory: memory_lib.TransitionMemory, batch_size: int, *,
+               gamma: float = 0.99, reward_scale: float = 1.0,
+               transform: Optional[Transform] = None):
+    super().__init__(memory, batch_size, gamma=gamma, transform=transform)
+    self.reward_scale = float(reward_scale)
+    self.returns = tf.Variable(tf.zeros([memory.capacity], tf.float32),
+                               trainable=False, name='return_to_go')
+    self._fill(memory.transition_rows())
+
+  def _fill(self, rows: np.ndarray) -> None:
+    """Computes the returns of every live episode holding one of `rows`."""
+    if not len(rows):
+      return
+    touched = np.zeros(self.memory.capacity, bool)
+    touched[rows] = True
+    for _, start, length in self.memory.episode_rows():
+      if length < 2 or not touched[start:start + length].any():
+        continue
+      steps = self.memory.read(np.arange(start, start + length - 1))
+      rewards = self.reward_scale * steps.reward.numpy().astype(np.float64)
+      discounts = steps.discount.numpy().astype(np.float64)
+      returns = np.zeros(length - 1)
+      following = 0.0
+      for t in range(length - 2, -1, -1):
+        following = rewards[t] + self.gamma * discounts[t] * following
+        returns[t] = following
+      self.returns.scatter_nd_update(
+          np.arange(start, start + length - 1)[:, None],
+          returns.astype(np.float32))
+
+  def __call__(self) -> tuple[Any, tf.Tensor]:
+    rows = self.memory.sample_rows(self.batch_size)
+    batch = self._transform(self.memory.transitions(rows))
+    return batch, tf.gather(self.returns, rows)
+
+  def on_added(self, added: memory_lib.Added) -> None:
+    self._fill(added.new_rows)
+
+  def train_step(self, agent: Any) -> Callable[[Any], tf.Tensor]:
+    return lambda batch: agent.train(batch[0], mc_return=batch[1]).loss
 
 
 @dataclasses.dataclass(frozen=True)

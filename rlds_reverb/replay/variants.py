@@ -10,6 +10,7 @@ read at `start`) and online data (new episodes at each `poll`) alike.
   uniform      transitions uniform over the memory, optional n-step returns
   prioritized  a sum tree in TF ops; priorities kept in the store
   hindsight    goals relabelled at sample time; observation/goal normaliser
+  return_to_go uniform, with each transition's Monte-Carlo return (Cal-QL)
 """
 
 from __future__ import annotations
@@ -175,6 +176,28 @@ class UniformReplay:
 
   def refresh_actor_view(self) -> None:
     pass
+
+
+class ReturnToGoReplay(UniformReplay):
+  """Uniform, each transition with its Monte-Carlo return-to-go (Cal-QL)."""
+
+  kind = 'return_to_go'
+
+  def __init__(self, settings: Settings, reward_scale: float = 1.0):
+    if settings.n_step != 1:
+      raise ValueError('returns-to-go go with one-step transitions; got '
+                       f'n_step={settings.n_step}')
+    super().__init__(settings)
+    self.reward_scale = reward_scale
+
+  def _make_feed(self, transform, batch_size):
+    return feeds.ReturnToGoFeed(self.memory, batch_size,
+                                gamma=self.settings.gamma,
+                                reward_scale=self.reward_scale,
+                                transform=transform)
+
+  def train_step(self, agent: Any) -> Callable[[Any], tf.Tensor]:
+    return self.feed().train_step(agent)
 
 
 class PrioritizedReplay(UniformReplay):

@@ -1,0 +1,86 @@
+"""Ensembles of MLPs evaluated as one batched matmul per layer.
+
+SAC-N and EDAC train ten or more critics; one Keras model per critic would
+cost one kernel launch per layer per critic. Here the members' weights are
+stacked ([N, in, out]) and a layer is one `einsum`, so N critics cost about
+what one wide critic costs. The same network with N=2 is the twin critic of
+IQL, AWAC, ReBRAC and Cal-QL, and with N=1 and the observation alone IQL's
+value function. Optional LayerNorm after each hidden layer (ReBRAC's
+critic) normalises each member on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import tensorflow as tf
+from tf_agents.networks import network
+
+
+def _uniform(shape: Sequence[int], bound: float, seed: Optional[int]):
+  initializer = tf.keras.initializers.RandomUniform(-bound, bound, seed=seed)
+  return lambda: initializer(shape, tf.float32)
+
+
+class EnsembleMlp(network.Network):
+  """N independent MLPs on the same (flattened, concatenated) input.
+
+  Output: [B, N], one scalar per member. Weights start as PyTorch's Linear
+  default (uniform +-1/sqrt(fan_in)), the initialisation CORL's
+  implementations use, so each member starts differently.
+  """
+
+  def __init__(self, input_tensor_spec: Any, num_members: int,
+               hidden_layers: Sequence[int], *, layer_norm: bool = False,
+               hidden_bias: Optional[float] = None,
+               last_layer_bound: Optional[float] = None,
+               seed: Optional[int] = None, name: str = 'EnsembleMlp'):
+    """`hidden_bias` sets every hidden bias to a constant (EDAC: 0.1);
+    `last_layer_bound` draws the output layer from +-bound (SAC-N/EDAC:
+    3e-3) instead of the default."""
+    super().__init__(input_tensor_spec, state_spec=(), name=name)
+    if num_members < 1:
+      raise ValueError(f'an ensemble needs >= 1 member, got {num_members}')
+    self.num_members = int(num_members)
+    self.layer_norm = layer_norm
+    in_size = sum(int(s.shape.num_elements())
+                  for s in tf.nest.flatten(input_tensor_spec))
+    sizes = [in_size] + [int(h) for h in hidden_layers] + [1]
+    self._kernels, self._biases, self._scales, self._offsets = [], [], [], []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+      last = i == len(sizes) - 2
+      bound = (last_layer_bound if last and last_layer_bound is not None
+               else 1.0 / math.sqrt(fan_in))
+      layer_seed = None if seed is None else seed * 1009 + 2 * i
+      self._kernels.append(tf.Variable(
+          _uniform([self.num_members, fan_in, fan_out], bound, layer_seed),
+          name=f'kernel_{i}'))
+      if not last and hidden_bias is not None:
+        bias = lambda n=fan_out: tf.fill([self.num_members, 1, n],
+                                         float(hidden_bias))
+      else:
+        bias = _uniform([self.num_members, 1, fan_out], bound,
+                        None if seed is None else layer_seed + 1)
+      self._biases.append(tf.Variable(bias, name=f'bias_{i}'))
+      if layer_norm and not last:
+        self._scales.append(tf.Variable(
+            tf.ones([self.num_members, 1, fan_out]), name=f'ln_scale_{i}'))
+        self._offsets.append(tf.Variable(
+            tf.zeros([self.num_members, 1, fan_out]), name=f'ln_offset_{i}'))
+    self.create_variables()  # Built now: targets copy from it at once.
+
+  def call(self, inputs, step_type=(), network_state=(), training=False):
+    del step_type, training
+    flat = [tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
+            for x in tf.nest.flatten(inputs)]
+    x = tf.concat(flat, axis=-1)
+    h = tf.einsum('bi,nio->nbo', x, self._kernels[0]) + self._biases[0]
+    for i in range(1, len(self._kernels)):
+      if self.layer_norm:
+        mean, variance = tf.nn.moments(h, axes=[-1], keepdims=True)
+        h = ((h - mean) * tf.math.rsqrt(variance + 1e-5) *
+             self._scales[i - 1] + self._offsets[i - 1])
+      h = tf.nn.relu(h)
+      h = tf.einsum('nbi,nio->nbo', h, self._kernels[i]) + self._biases[i]
+    return tf.transpose(h[..., 0]), network_state  # [B, N]
