@@ -1,4 +1,4 @@
-"""Offline RL targets: BC, TD3+BC and CQL-SAC on a locally generated dataset.
+"""Offline RL targets: every offline learner on a locally generated dataset.
 
 The dataset is pushed once (fast push, terminal-discount fix on; whole
 episodes for the default in-memory feed, 2-step items with --feed stream)
@@ -9,10 +9,15 @@ pushing 1M transitions again for each of 9 runs would cost ~10 minutes of a
 2-core machine). Then it
 prints ONE JSON line per agent with the mean and spread over seeds of the
 final D4RL normalised score, against the reference it names: the behaviour
-policy's own average return in the dataset (computed here, same run).
+policy's own average return in the dataset (computed here, same run), and
+CORL's published score of the same method on D4RL's dataset of the same
+kind (`--dataset_kind`: medium, medium-replay or medium-expert; the
+'corl' field, its v2 "last" scores).
   bc        target: within 10% of the behaviour return
-  td3_bc    target: at or above the behaviour return
-  cql_sac   target: at or above the behaviour return
+  others    target: at or above the behaviour return
+Each agent trains at its published batch size (rebrac 1024, else 256);
+`--gin_file` applies per-dataset settings (configs/rebrac_halfcheetah_*.gin,
+configs/edac_halfcheetah_*.gin) to the agents they name.
 With --finetune_steps N, one more line: TD3+BC offline-to-online, the score
 before and after N env steps of symmetric (half offline, half online)
 sampling; target: after > before.
@@ -20,8 +25,9 @@ Also reported: gradient steps/s of each learner and the sampled
 transitions/s that fed it (steps/s x batch size).
 
   python bench/offline.py --dataset data/halfcheetah_v5_medium \
-      [--agents bc,td3_bc,cql_sac] [--seeds 0,1,2] [--steps 300000] \
-      [--eval_interval 10000] [--finetune_steps 50000]
+      [--agents bc,td3_bc,cql_sac,iql,awac,rebrac,edac] [--seeds 0,1,2] \
+      [--steps 300000] [--eval_interval 10000] [--finetune_steps 50000] \
+      [--dataset_kind medium] [--gin_file configs/rebrac_halfcheetah_medium.gin]
 
 Learning curves (all agents and seeds) go to --curve.
 """
@@ -34,7 +40,8 @@ import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import numpy as np  # pylint: disable=g-import-not-at-top
+import gin  # pylint: disable=g-import-not-at-top
+import numpy as np
 import tensorflow as tf
 
 from rlds_reverb import convert
@@ -47,6 +54,20 @@ from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import offline_data
 from rlds_reverb.replay import episode_table
+
+# CORL's halfcheetah-*-v2 "last" normalised scores (mean over seeds at the
+# end of 1M gradient steps; CORL README, "Offline / Last Scores").
+CORL = {
+    'medium': {'bc': 42.40, 'td3_bc': 48.10, 'cql_sac': 47.04, 'iql': 48.31,
+               'awac': 49.46, 'rebrac': 64.04, 'sac_n': 68.20,
+               'edac': 67.70},
+    'medium-replay': {'bc': 35.66, 'td3_bc': 44.84, 'cql_sac': 45.04,
+                      'iql': 44.46, 'awac': 44.70, 'rebrac': 51.18,
+                      'sac_n': 60.70, 'edac': 62.06},
+    'medium-expert': {'bc': 55.95, 'td3_bc': 90.78, 'cql_sac': 95.63,
+                      'iql': 94.74, 'awac': 93.62, 'rebrac': 103.80,
+                      'sac_n': 98.96, 'edac': 104.76},
+}
 
 
 def behaviour_return(dataset: str) -> tuple[float, int, int]:
@@ -92,11 +113,19 @@ def main() -> None:
   parser.add_argument('--feed', default='memory', choices=['memory', 'stream'],
                       help='memory: episodes read once into the learner; '
                       'stream: 2-step items sampled from Reverb per batch.')
+  parser.add_argument('--dataset_kind', default='medium',
+                      choices=sorted(CORL), help='Which CORL row to compare '
+                      'with.')
+  parser.add_argument('--gin_file', action='append', default=[],
+                      help='Gin file of per-dataset settings (repeatable).')
   parser.add_argument('--root', default='runs/bench_offline')
   parser.add_argument('--curve', default='images/results/offline_curves.png')
   parser.add_argument('--finetune_curve',
                       default='images/results/offline_to_online.png')
   args = parser.parse_args()
+  # pylint: disable=g-import-not-at-top,unused-import (gin registration)
+  from rlds_reverb.learners import rebrac, sac_n, iql, awac, cal_ql
+  gin.parse_config_files_and_bindings(args.gin_file, [])
   seeds = [int(s) for s in args.seeds.split(',')]
   behaviour, episodes, transitions = behaviour_return(args.dataset)
   behaviour_score = envs.normalized_score(args.env, behaviour)
@@ -105,6 +134,7 @@ def main() -> None:
             'behaviour_normalized_score': round(behaviour_score, 2),
             'steps': args.steps, 'seeds': seeds,
             'cql_bc_steps': args.cql_bc_steps,
+            'dataset_kind': args.dataset_kind, 'gin_files': args.gin_file,
             'machine': f'{os.cpu_count()} cores, {platform.machine()}, no GPU',
             'date': time.strftime('%Y-%m-%d')}
   specs = envs.env_specs(args.env)
@@ -138,10 +168,12 @@ def main() -> None:
         reverb_address=address, feed=args.feed,
         root_dir=os.path.join(args.root, f'{agent}_seed{seed}'),
         train_steps=args.steps, eval_interval=args.eval_interval,
+        batch_size=agents.DEFAULT_BATCH_SIZE.get(agent, 256),
         checkpoint_interval=args.eval_interval,
         eval_episodes=args.eval_episodes, seed=seed,
         agent_config=agents.AgentConfig(cql_bc_steps=args.cql_bc_steps,
-                                        seed=seed), **config),
+                                        seed=seed, train_steps=args.steps),
+        **config),
                                  show_progress=False)
 
   all_curves = {}
@@ -167,6 +199,8 @@ def main() -> None:
         'normalized_score_mean': round(float(np.mean(scores)), 2),
         'normalized_score_std': round(float(np.std(scores)), 2),
         'normalized_scores': [round(s, 2) for s in scores],
+        'corl': CORL[args.dataset_kind].get(agent),
+        'batch_size': agents.DEFAULT_BATCH_SIZE.get(agent, 256),
         'return_mean': round(mean_return, 1),
         'grad_steps_per_s': round(float(np.mean(
             [s['grad_steps_per_s'] for s in summaries])), 1),

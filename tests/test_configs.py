@@ -14,8 +14,13 @@ import pytest
 from rlds_reverb import her
 from rlds_reverb import per
 from rlds_reverb.learners import agents
+from rlds_reverb.learners import awac
+from rlds_reverb.learners import cal_ql
+from rlds_reverb.learners import iql
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
+from rlds_reverb.learners import rebrac
+from rlds_reverb.learners import sac_n
 
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[1] / 'configs')
                  .glob('*.gin'))
@@ -28,6 +33,11 @@ _BUILD = {
     'OfflineConfig': lambda: offline.OfflineConfig(
         agent='td3_bc', dataset='data', root_dir='run'),
     'OnlineConfig': lambda: online.OnlineConfig(env='env', root_dir='run'),
+    'IqlConfig': iql.IqlConfig,
+    'AwacConfig': awac.AwacConfig,
+    'RebracConfig': rebrac.RebracConfig,
+    'SacNConfig': sac_n.SacNConfig,
+    'CalQlConfig': cal_ql.CalQlConfig,
 }
 
 

@@ -112,7 +112,7 @@ def _member_values(critic: ensemble.EnsembleMlp, observation: Any,
 
 def diversity_loss(critic: ensemble.EnsembleMlp, observation: Any,
                    action: tf.Tensor, eta: float) -> tf.Tensor:
-  """EDAC's ensemble-gradient diversity term (the paper's eq. 4).
+  """EDAC's ensemble-gradient diversity term.
 
   With g_i = dQ_i(s, a)/da at the data action and u_i = g_i / (|g_i| +
   1e-10), the term is
