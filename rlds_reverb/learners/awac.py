@@ -20,8 +20,8 @@ with a state-dependent std (`TanhNormalProjectionNetwork`, the SAC actor,
 so the numpy export's 'tanh_normal' head serves it), where CORL's is an
 unsquashed Gaussian with a state-independent std whose samples are clipped
 to the bounds; the greedy action is tanh(mean) here, the clipped mean
-there. Layer widths come from `agents.AgentConfig` (2x256 by default;
-CORL's AWAC networks have three hidden layers of 256). Data actions are
+there. Layer widths come from `agents.AgentConfig` (3x256 by default, as
+CORL's AWAC networks). Data actions are
 pulled just inside the bounds before their log-likelihood is taken. PER
 importance weights, when given, weight the critic loss.
 """

@@ -51,8 +51,6 @@ from rlds_reverb.learners import agents
 from rlds_reverb.learners import ensemble
 from rlds_reverb.learners import offline_agent
 
-# Numpy export head of the actor (acting.numpy_policy.HEADS).
-HEAD = 'tanh_normal'
 # EDAC's eta when none is bound: CORL's halfcheetah-medium-v2 value.
 EDAC_ETA = 1.0
 # Critic initialisation of the EDAC paper, as CORL's VectorizedCritic.
