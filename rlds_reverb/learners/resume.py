@@ -41,8 +41,9 @@ MAY_CHANGE = frozenset({
     'snapshot_interval', 'data_dir', 'download', 'reconnect_timeout_s',
     # A server restarted from its checkpoint may come up on another port.
     'reverb_address', 'publish_every',
-    # The pipeline anneals PER's beta over the whole budget.
-    'per_config.beta_steps'})
+    # The pipeline anneals PER's beta (and IQL its actor's learning rate)
+    # over the whole budget.
+    'per_config.beta_steps', 'agent_config.train_steps'})
 # What in a root_dir means a run has saved state there.
 _STATE_DIRS = ('checkpoints', 'reverb')
 _INFO_FILE = 'dataset_info.json'

@@ -1,0 +1,119 @@
+"""The offline RL learners (iql, awac, rebrac, sac_n, edac, cal_ql) through
+the offline run loop: Reverb episode table, in-memory feed, evaluation,
+checkpoint, export, resume; reward scaling; the refusals."""
+
+import os
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import rlds_reverb
+from rlds_reverb import tables
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import loop
+from rlds_reverb.learners import offline
+from rlds_reverb.learners import offline_data
+from rlds_reverb.learners import sac_n  # pylint: disable=unused-import (gin)
+from rlds_reverb.replay import episode_table
+from conftest import _rlds  # pylint: disable=g-bad-import-order
+
+_LENGTHS = [40, 30, 25]
+
+
+@pytest.fixture(name='served')
+def _served():
+  """A server with an episode table holding three random episodes."""
+  rlds_data = _rlds(_LENGTHS, dtype=np.float32)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  server = tables.start_server([episode_table.make_table('rlds', spec,
+                                                         max_episodes=10)])
+  rlds_reverb.push_rlds_to_table(rlds_data, server.localhost_client(), 'rlds',
+                                 sequence_length=None,
+                                 priority=episode_table.UNREAD)
+  yield f'localhost:{server.port}'
+  server.stop()
+
+
+def _config(address, root, agent, steps=30, **overrides):
+  return offline.OfflineConfig(
+      agent=agent, dataset='table', root_dir=str(root),
+      reverb_address=address, train_steps=steps, batch_size=16,
+      eval_interval=steps, eval_episodes=1, checkpoint_interval=steps,
+      seed=1, agent_config=agents.AgentConfig(
+          actor_layers=(16,), critic_layers=(16,), seed=1), **overrides)
+
+
+@pytest.mark.parametrize('agent', agents.OFFLINE_RL_AGENTS)
+def test_each_learner_trains_exports_and_resumes(served, tmp_path, agent):
+  gin.clear_config()
+  gin.parse_config('SacNConfig.num_critics = 3')
+  try:
+    root = tmp_path / agent
+    summary = offline.train_offline(_config(served, root, agent),
+                                    show_progress=False)
+    assert summary['train_steps'] == 30
+    assert summary['transitions'] == sum(n - 1 for n in _LENGTHS)
+    assert np.isfinite(summary['offline_normalized_score'])
+    policy = numpy_policy.load(str(root / 'policy_offline.npz'))
+    assert policy.head == agents.HEAD[agent]
+    assert policy.metadata['agent'] == agent
+    records = loop.Learner.read_eval_log(str(root))
+    assert [r['train_step'] for r in records] == [30]
+    # Resumed with a larger budget: it goes on from step 30.
+    summary = offline.train_offline(_config(served, root, agent, steps=45),
+                                    show_progress=False)
+    assert summary['train_steps'] == 45
+    assert [r['train_step'] for r in loop.Learner.read_eval_log(
+        str(root))] == [30, 45]
+  finally:
+    gin.clear_config()
+
+
+def test_iql_scales_rewards_by_the_data_returns(served, tmp_path):
+  """IQL's default: rewards x 1000 / (max - min episode return)."""
+  config = _config(served, tmp_path / 'iql', 'iql', steps=2)
+  assert config.scales_rewards and config.normalizes
+  offline.train_offline(config, show_progress=False)
+  rewards = []
+  for n in _LENGTHS:  # The draws of conftest._rlds, in its order.
+    rng = np.random.default_rng(n)
+    rng.normal(size=(n, 17)), rng.uniform(-1, 1, (n, 6))
+    # The last step holds no transition.
+    rewards.append(rng.normal(size=n).astype(np.float32)[:-1].sum())
+  expected = 1000.0 / np.ptp(rewards)
+  agent = agents.make_agent('iql', *_specs(), config.agent_config)
+  checkpoint = tf.train.Checkpoint(agent=agent)
+  checkpoint.restore(tf.train.latest_checkpoint(
+      str(tmp_path / 'iql' / loop.CHECKPOINT_DIR))).expect_partial()
+  assert float(agent.reward_scale) == pytest.approx(expected, rel=1e-4)
+  assert not _config(served, tmp_path / 'x', 'rebrac').scales_rewards
+
+
+def _specs():
+  from rlds_reverb.acting import envs  # pylint: disable=g-import-not-at-top
+  specs = envs.env_specs('HalfCheetah-v5')
+  return specs.time_step_spec, specs.action_spec
+
+
+def test_reward_scale_needs_different_returns():
+  assert offline_data.reward_scale(np.array([0.0, 500.0])) == 2.0
+  with pytest.raises(ValueError, match='episodes of different returns'):
+    offline_data.reward_scale(np.array([3.0, 3.0]))
+
+
+@pytest.mark.parametrize('agent,overrides,message', [
+    ('rebrac', dict(n_step=3), 'rebrac takes one-step transitions'),
+    ('cal_ql', dict(n_step=2), 'cal_ql takes one-step transitions'),
+    ('cal_ql', dict(feed='stream'), "return-to-go from the memory feed"),
+    ('cal_ql', dict(replay='prioritized'), 'return-to-go from the memory'),
+    ('td3_bc', dict(normalize_rewards=True), 'reward scaling'),
+])
+def test_refusals(tmp_path, agent, overrides, message):
+  config = _config('', tmp_path / 'r', agent, **overrides)
+  config.reverb_address = ''
+  with pytest.raises(ValueError, match=message):
+    offline.train_offline(config, show_progress=False)
+  assert not os.path.exists(tmp_path / 'r' / 'config.json')
