@@ -32,14 +32,7 @@ SCHEDULE_FILE = 'schedule.json'
 
 # D4RL roles we do not ship for an env (by its policy folder), and why: asked
 # for by name, they fail with this.
-NOT_SHIPPED = {
-    'halfcheetah_v5': {
-        'expert': ('no expert policy is shipped: our SAC run reached a '
-                   'return of 8,186 (D4RL normalised 68) after 150k env '
-                   'steps on a 2-core machine, short of expert level (D4RL '
-                   "expert: about 100); 'final' is that run's last policy"),
-    },
-}
+NOT_SHIPPED: dict[str, dict[str, str]] = {}
 
 # Maps a batch of observations to (actions, log-probabilities).
 Policy = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]

@@ -60,7 +60,7 @@ def test_medium_expert_is_medium_then_expert(shipped, tmp_path):
 
 def test_medium_expert_needs_both_policies(shipped, tmp_path):
   (shipped / 'expert.npz').unlink()
-  with pytest.raises(ValueError, match="'expert'"):
+  with pytest.raises(ValueError, match="unknown policy 'expert'"):
     _generate(tmp_path / 'me', 'medium-expert')
   assert not any((tmp_path / 'me').glob('*'))
 
