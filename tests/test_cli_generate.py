@@ -42,7 +42,6 @@ def test_cli_writes_the_same_data_as_the_library(tmp_path, cheetah):
 _CLI_ERRORS = {
     'unknown_env': (['--env', 'NoSuchEnv-v0'], "unknown env id 'NoSuchEnv-v0'"),
     'unknown_policy': (['--policy', 'greedy'], "unknown policy 'greedy'"),
-    'no_expert': (['--policy', 'expert'], 'no expert policy is shipped'),
     'zero_episodes': (['--episodes', '0'], 'num_episodes must be > 0, got 0'),
     'out_not_empty': (['--out', None], 'is not empty'),
 }

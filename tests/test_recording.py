@@ -149,7 +149,6 @@ def test_non_mujoco_box_env_has_no_physics_infos(tmp_path):
 
 @pytest.mark.parametrize('kwargs, match', [
     ({'policy': 'greedy'}, "unknown policy 'greedy'"),
-    ({'policy': 'expert'}, 'no expert policy is shipped'),
     ({'env_id': 'Pendulum-v1', 'policy': 'expert'},
      "unknown policy 'expert' for env 'Pendulum-v1'"),
     ({'env_id': 'NoSuchEnv-v0'}, "unknown env id 'NoSuchEnv-v0'"),
