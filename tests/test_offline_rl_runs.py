@@ -117,3 +117,20 @@ def test_refusals(tmp_path, agent, overrides, message):
   with pytest.raises(ValueError, match=message):
     offline.train_offline(config, show_progress=False)
   assert not os.path.exists(tmp_path / 'r' / 'config.json')
+
+
+def test_cal_ql_fine_tunes_on_half_offline_half_online_batches(served,
+                                                                tmp_path):
+  """Offline, then online: both halves carry returns-to-go; the online
+  episodes are collected, evaluated and the fine-tuned policy exported."""
+  root = tmp_path / 'cal_ql'
+  summary = offline.train_offline(_config(
+      served, root, 'cal_ql', steps=20, online_finetune_steps=200,
+      train_every=100), show_progress=False)
+  assert summary['finetune_env_steps'] == 200
+  assert np.isfinite(summary['finetuned_normalized_score'])
+  assert (root / 'policy_finetuned.npz').exists()
+  records = loop.Learner.read_eval_log(str(root))
+  assert records[0]['phase'] == 'offline' and records[-1]['phase'] == 'online'
+  # One gradient step per env step after the offline phase.
+  assert records[-1]['train_step'] == 20 + 200

@@ -406,6 +406,10 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
     if config.scales_rewards:
       returns = offline_data.episode_returns(replay.memory)
       agent.reward_scale.assign(offline_data.reward_scale(returns))
+    for variant in (replay, finetune_replay):
+      if isinstance(variant, variants.ReturnToGoReplay):
+        # Returns-to-go in the units of the agent's (scaled) rewards.
+        variant.reward_scale = float(agent.reward_scale.numpy())
     normalize = offline_data.normalizer(mean, std)
     if replay is not None:
       source = replay.feed(transform=normalize)
@@ -586,12 +590,18 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
   def source():
     nonlocal mixed
     if mixed is None:
-      mixed = feeds.MixedFeed(
-          feeds.UniformFeed(offline_replay.memory, config.batch_size - half,
-                            n_step=config.n_step,
-                            gamma=config.agent_config.gamma,
-                            transform=normalize),
-          online_replay.feed(transform=normalize))
+      if isinstance(offline_replay, variants.ReturnToGoReplay):
+        offline_part = feeds.ReturnToGoFeed(
+            offline_replay.memory, config.batch_size - half,
+            gamma=config.agent_config.gamma,
+            reward_scale=offline_replay.reward_scale, transform=normalize)
+      else:
+        offline_part = feeds.UniformFeed(
+            offline_replay.memory, config.batch_size - half,
+            n_step=config.n_step, gamma=config.agent_config.gamma,
+            transform=normalize)
+      mixed = feeds.MixedFeed(offline_part,
+                              online_replay.feed(transform=normalize))
     return mixed
 
   collector = collect.Collector(
