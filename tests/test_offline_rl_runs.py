@@ -125,12 +125,14 @@ def test_cal_ql_fine_tunes_on_half_offline_half_online_batches(served,
   episodes are collected, evaluated and the fine-tuned policy exported."""
   root = tmp_path / 'cal_ql'
   summary = offline.train_offline(_config(
-      served, root, 'cal_ql', steps=20, online_finetune_steps=200,
-      train_every=100), show_progress=False)
-  assert summary['finetune_env_steps'] == 200
+      served, root, 'cal_ql', steps=20, online_finetune_steps=2000,
+      train_every=500), show_progress=False)
+  assert summary['finetune_env_steps'] == 2000
   assert np.isfinite(summary['finetuned_normalized_score'])
   assert (root / 'policy_finetuned.npz').exists()
   records = loop.Learner.read_eval_log(str(root))
   assert records[0]['phase'] == 'offline' and records[-1]['phase'] == 'online'
-  # One gradient step per env step after the offline phase.
-  assert records[-1]['train_step'] == 20 + 200
+  # The memory takes whole episodes (1,000 steps): learning starts once
+  # the first is in, then 500 gradient steps per 500 env steps (at 1,000,
+  # 1,500 and 2,000).
+  assert records[-1]['train_step'] == 20 + 1500
