@@ -136,3 +136,21 @@ def test_cal_ql_fine_tunes_on_half_offline_half_online_batches(served,
   # the first is in, then 500 gradient steps per 500 env steps (at 1,000,
   # 1,500 and 2,000).
   assert records[-1]['train_step'] == 20 + 1500
+
+
+def test_a_resume_under_other_method_settings_is_refused(served, tmp_path):
+  """The gin-bound method settings are part of the recorded run."""
+  from rlds_reverb.learners import resume  # pylint: disable=g-import-not-at-top
+  root = tmp_path / 'rebrac'
+  gin.clear_config()
+  try:
+    summary = offline.train_offline(_config(served, root, 'rebrac', steps=4),
+                                    show_progress=False)
+    assert summary['train_steps'] == 4
+    gin.parse_config('RebracConfig.actor_bc_coef = 0.01')
+    with pytest.raises(resume.ResumeMismatchError,
+                       match='method_settings.actor_bc_coef'):
+      offline.train_offline(_config(served, root, 'rebrac', steps=8),
+                            show_progress=False)
+  finally:
+    gin.clear_config()

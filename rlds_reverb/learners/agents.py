@@ -353,6 +353,24 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
   return agent
 
 
+def method_settings(kind: str) -> dict:
+  """The method's own settings as gin binds them now ({} for agents that
+  have none): runs record them, so a resume under other settings is
+  refused."""
+  if kind not in OFFLINE_RL_AGENTS:
+    return {}
+  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.learners import awac
+  from rlds_reverb.learners import cal_ql
+  from rlds_reverb.learners import iql
+  from rlds_reverb.learners import rebrac
+  from rlds_reverb.learners import sac_n
+  config = {'iql': iql.IqlConfig, 'awac': awac.AwacConfig,
+            'rebrac': rebrac.RebracConfig, 'sac_n': sac_n.SacNConfig,
+            'edac': sac_n.SacNConfig, 'cal_ql': cal_ql.CalQlConfig}[kind]()
+  return dataclasses.asdict(config)
+
+
 def _offline_rl_factory(kind: str) -> Any:
   # pylint: disable=g-import-not-at-top
   from rlds_reverb.learners import awac

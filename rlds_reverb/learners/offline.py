@@ -137,6 +137,10 @@ class OfflineConfig:
   agent_config: agents.AgentConfig = dataclasses.field(
       default_factory=agents.AgentConfig)
   """The agent's hyper-parameters."""
+  method_settings: dict = dataclasses.field(default_factory=dict)
+  """Recorded, not set: the gin-bound settings of iql, awac, rebrac,
+  sac_n, edac or cal_ql (`agents.method_settings`), filled in by
+  `train_offline`."""
 
   @property
   def prioritized(self) -> bool:
@@ -328,6 +332,8 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True,
   """
   specs = envs.env_specs(config.env)
   _check(config, specs)
+  config = dataclasses.replace(
+      config, method_settings=agents.method_settings(config.agent))
   record = resume.check_resumable(config.root_dir, config)
   with resume.RunDirectory(config.root_dir, record) as run_dir:
     return _train_offline(config, specs, run_dir, show_progress,
