@@ -159,3 +159,12 @@ def test_settings_follow_corl():
           iql.IqlConfig().max_exp_advantage) == (0.7, 3.0, 100.0)
   assert awac.AwacConfig().awac_lambda == pytest.approx(1 / 3)
   assert awac.AwacConfig().max_exp_weight == 100.0
+
+
+def test_iql_actor_rate_rises_again_after_its_period():
+  """PyTorch's CosineAnnealingLR, as CORL's IQL: fine-tuning past the
+  offline phase does not leave the actor at a zero rate."""
+  from rlds_reverb.learners import iql as iql_lib  # pylint: disable=g-import-not-at-top
+  schedule = iql_lib.PeriodicCosine(1.0, 4)
+  assert [round(float(schedule(s)), 6) for s in (0, 2, 4, 6, 8)] == [
+      1.0, 0.5, 0.0, 0.5, 1.0]

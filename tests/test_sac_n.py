@@ -48,11 +48,12 @@ def _numpy_q(critic, states, actions):
   x = np.concatenate([states, actions], axis=-1).astype(np.float64)
   h = np.einsum('bi,nio->nbo', x, kernels[0]) + biases[0]
   for i in range(1, len(kernels)):
+    h = np.maximum(h, 0.0)  # ReLU, then LayerNorm (ReBRAC's order).
     if critic.layer_norm:
       h = ((h - h.mean(-1, keepdims=True)) /
            np.sqrt(h.var(-1, keepdims=True) + 1e-5) * scales[i - 1] +
            offsets[i - 1])
-    h = np.einsum('nbi,nio->nbo', np.maximum(h, 0.0), kernels[i]) + biases[i]
+    h = np.einsum('nbi,nio->nbo', h, kernels[i]) + biases[i]
   return h[..., 0]
 
 

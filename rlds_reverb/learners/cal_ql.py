@@ -18,8 +18,12 @@ Settings: CORL's CQL halfcheetah-medium-v2 config (n_actions 10, importance
 sampling, temperature 1, min-Q weight 10, policy LR 3e-5, Q LR 3e-4, 3x256
 networks, automatic entropy tuning, no entropy in the backup) with the
 Cal-QL bound of CORL's `algorithms/finetune/cal_ql.py`; fine-tuning batches
-are half offline, half online (its mixing_ratio 0.5). Not reproduced:
-CORL's orthogonal initialisation; CQL's Lagrange variant.
+are half offline, half online (its mixing_ratio 0.5). Differences: the
+bound stays on while fine-tuning, with the returns-to-go of the online
+episodes (CORL switches calibration off at the switch and stores 0 for
+online transitions); the critics step before the actor reads them (CORL
+computes all losses from the pre-update networks); CORL's orthogonal
+initialisation and CQL's Lagrange variant are not reproduced.
 """
 
 from __future__ import annotations
@@ -156,6 +160,10 @@ class CalQlAgent(offline_agent.OfflineAgent):
 
   def _train(self, experience, weights=None, mc_return=None):
     batch = self.transition(experience)
+    if self.config.calibrated and mc_return is None:
+      raise ValueError('calibrated Cal-QL needs each transition\'s return-to-'
+                       'go (mc_return; feeds.ReturnToGoFeed gives it); for '
+                       'plain CQL set CalQlConfig.calibrated = False')
     if mc_return is not None:
       mc_return = tf.cast(mc_return, tf.float32)
     alpha = tf.exp(self._log_alpha)

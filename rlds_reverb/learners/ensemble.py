@@ -70,17 +70,30 @@ class EnsembleMlp(network.Network):
             tf.zeros([self.num_members, 1, fan_out]), name=f'ln_offset_{i}'))
     self.create_variables()  # Built now: targets copy from it at once.
 
-  def call(self, inputs, step_type=(), network_state=(), training=False):
-    del step_type, training
-    flat = [tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
-            for x in tf.nest.flatten(inputs)]
-    x = tf.concat(flat, axis=-1)
-    h = tf.einsum('bi,nio->nbo', x, self._kernels[0]) + self._biases[0]
+  def members(self, x: tf.Tensor) -> tf.Tensor:
+    """Q of each member: x [B, in] (shared) or [N, B, in] (one set of rows
+    per member, as EDAC's per-member action gradients need) -> [N, B].
+
+    Hidden layers are Dense -> ReLU (-> LayerNorm), the order of ReBRAC's
+    critic (CORL's rebrac.py).
+    """
+    pattern = 'bi,nio->nbo' if x.shape.rank == 2 else 'nbi,nio->nbo'
+    h = tf.einsum(pattern, x, self._kernels[0]) + self._biases[0]
     for i in range(1, len(self._kernels)):
+      h = tf.nn.relu(h)
       if self.layer_norm:
         mean, variance = tf.nn.moments(h, axes=[-1], keepdims=True)
         h = ((h - mean) * tf.math.rsqrt(variance + 1e-5) *
              self._scales[i - 1] + self._offsets[i - 1])
-      h = tf.nn.relu(h)
       h = tf.einsum('nbi,nio->nbo', h, self._kernels[i]) + self._biases[i]
-    return tf.transpose(h[..., 0]), network_state  # [B, N]
+    return h[..., 0]
+
+  def flatten(self, inputs: Any) -> tf.Tensor:
+    """The input nest as one float32 row per item: [B, in]."""
+    flat = [tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
+            for x in tf.nest.flatten(inputs)]
+    return tf.concat(flat, axis=-1)
+
+  def call(self, inputs, step_type=(), network_state=(), training=False):
+    del step_type, training
+    return tf.transpose(self.members(self.flatten(inputs))), network_state

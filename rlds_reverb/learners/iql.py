@@ -42,6 +42,28 @@ from rlds_reverb.learners import offline_agent
 _DEFAULT_TRAIN_STEPS = 1_000_000
 
 
+class PeriodicCosine(tf.keras.optimizers.schedules.LearningRateSchedule):
+  """lr0 * (1 + cos(pi * step / period)) / 2, not clamped at `period`.
+
+  PyTorch's CosineAnnealingLR, which CORL's IQL uses over the offline
+  phase: past it (fine-tuning) the rate rises again rather than staying
+  at zero, as Keras' CosineDecay would leave the actor frozen.
+  """
+
+  def __init__(self, initial_learning_rate: float, period: int):
+    self.initial_learning_rate = float(initial_learning_rate)
+    self.period = int(period)
+
+  def __call__(self, step):
+    phase = tf.cast(step, tf.float32) / float(self.period)
+    return self.initial_learning_rate * 0.5 * (
+        1.0 + tf.cos(tf.constant(3.141592653589793) * phase))
+
+  def get_config(self) -> dict:
+    return {'initial_learning_rate': self.initial_learning_rate,
+            'period': self.period}
+
+
 @gin.configurable
 @dataclasses.dataclass
 class IqlConfig:
@@ -181,9 +203,9 @@ def make_iql(time_step_spec: Any, action_spec: Any, agent_config: Any,
   for network in (q_network, value_network):
     network.create_variables()
   train_steps = getattr(agent_config, 'train_steps', None)
-  actor_schedule = tf.keras.optimizers.schedules.CosineDecay(
+  actor_schedule = PeriodicCosine(
       agent_config.actor_learning_rate,
-      decay_steps=int(train_steps or _DEFAULT_TRAIN_STEPS))
+      int(train_steps or _DEFAULT_TRAIN_STEPS))
   # Legacy Adam, as agents.make_agent: slots checkpointed per variable.
   adam = tf.keras.optimizers.legacy.Adam
   reward_scale = getattr(agent_config, 'reward_scale_factor', None)

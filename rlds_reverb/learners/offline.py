@@ -52,7 +52,7 @@ FEEDS = ('memory', 'stream')
 HER_OFFLINE_AGENTS = ('td3', 'td3_bc', 'sac')
 # Observations normalised by the data's mean/std by default, as the
 # methods' papers (or CORL's configs for them) do.
-NORMALIZED_OBSERVATIONS = ('td3_bc', 'iql', 'cal_ql')
+NORMALIZED_OBSERVATIONS = ('td3_bc', 'iql', 'awac', 'cal_ql')
 # Rewards scaled by 1000 / (max - min episode return) of the data by
 # default (IQL's locomotion setting; CORL's normalize_reward).
 NORMALIZED_REWARDS = ('iql',)
@@ -105,7 +105,7 @@ class OfflineConfig:
   """Gradient steps between checkpoints (and at the end)."""
   normalize_observations: bool | None = None
   """Normalise observations with the data's mean and std; None: on for
-  td3_bc (Fujimoto & Gu), iql and cal_ql (CORL's configs)."""
+  td3_bc (Fujimoto & Gu), iql, awac and cal_ql (CORL's configs)."""
   normalize_rewards: bool | None = None
   """Scale rewards by 1000 / (max - min episode return) of the data; None:
   on for iql (Kostrikov et al.'s locomotion setting)."""
@@ -333,7 +333,10 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True,
   specs = envs.env_specs(config.env)
   _check(config, specs)
   config = dataclasses.replace(
-      config, method_settings=agents.method_settings(config.agent))
+      config, agent_config=agents.resolve(config.agent, dataclasses.replace(
+          config.agent_config, train_steps=(config.agent_config.train_steps
+                                            or config.train_steps))),
+      method_settings=agents.method_settings(config.agent))
   record = resume.check_resumable(config.root_dir, config)
   with resume.RunDirectory(config.root_dir, record) as run_dir:
     return _train_offline(config, specs, run_dir, show_progress,
@@ -409,9 +412,10 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       load_seconds = time.perf_counter() - t0
     mean, std = _observation_stats(
         config, replay.memory if replay is not None else None, data)
-    if config.scales_rewards:
+    if config.scales_rewards:  # On top of a reward_scale_factor given.
       returns = offline_data.episode_returns(replay.memory)
-      agent.reward_scale.assign(offline_data.reward_scale(returns))
+      agent.reward_scale.assign(config.agent_config.reward_scale_factor *
+                                offline_data.reward_scale(returns))
     for variant in (replay, finetune_replay):
       if isinstance(variant, variants.ReturnToGoReplay):
         # Returns-to-go in the units of the agent's (scaled) rewards.

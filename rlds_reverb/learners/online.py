@@ -269,6 +269,9 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
   specs = envs.env_specs(config.env)
   check_agent_fits_env(config.agent, specs)
   check_her_fits_env(config, specs)
+  # Recorded resolved, so a resume compares the settings actually used.
+  config = dataclasses.replace(config, agent_config=agents.resolve(
+      config.agent, config.agent_config))
   record = resume.check_resumable(config.root_dir, config)
   with resume.RunDirectory(config.root_dir, record) as run_dir:
     return _train_online(config, specs, run_dir, show_progress, on_eval)

@@ -44,6 +44,9 @@ MAY_CHANGE = frozenset({
     # The pipeline anneals PER's beta (and IQL its actor's learning rate)
     # over the whole budget.
     'per_config.beta_steps', 'agent_config.train_steps'})
+# Agent settings are recorded resolved (the published default filled in);
+# runs recorded on 2026-11-24 before that hold None for "the default".
+_RESOLVED_PREFIX = 'agent_config.'
 # What in a root_dir means a run has saved state there.
 _STATE_DIRS = ('checkpoints', 'reverb')
 _INFO_FILE = 'dataset_info.json'
@@ -120,6 +123,8 @@ def differences(recorded: dict, current: dict, prefix: str = ''
     if field in MAY_CHANGE or (key == FINGERPRINT_KEY and
                                (old is None or new is None)):
       continue
+    if old is None and field.startswith(_RESOLVED_PREFIX):
+      continue  # Recorded before agent settings were recorded resolved.
     if isinstance(old, dict) and isinstance(new, dict):
       found += differences(old, new, f'{field}.')
     elif old != new:

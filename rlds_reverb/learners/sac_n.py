@@ -93,19 +93,8 @@ def _member_values(critic: ensemble.EnsembleMlp, observation: Any,
   """
   # pylint: disable=protected-access
   n = critic.num_members
-  flat = [tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
-          for x in tf.nest.flatten(observation)]
-  states = tf.tile(tf.concat(flat, axis=-1)[None], [n, 1, 1])
-  x = tf.concat([states, member_actions], axis=-1)
-  h = tf.einsum('nbi,nio->nbo', x, critic._kernels[0]) + critic._biases[0]
-  for i in range(1, len(critic._kernels)):
-    if critic.layer_norm:
-      mean, variance = tf.nn.moments(h, axes=[-1], keepdims=True)
-      h = ((h - mean) * tf.math.rsqrt(variance + 1e-5) *
-           critic._scales[i - 1] + critic._offsets[i - 1])
-    h = tf.nn.relu(h)
-    h = tf.einsum('nbi,nio->nbo', h, critic._kernels[i]) + critic._biases[i]
-  return h[..., 0]
+  states = tf.tile(critic.flatten(observation)[None], [n, 1, 1])
+  return critic.members(tf.concat([states, member_actions], axis=-1))
 
 
 def diversity_loss(critic: ensemble.EnsembleMlp, observation: Any,

@@ -197,7 +197,10 @@ class ReturnToGoReplay(UniformReplay):
                                 transform=transform)
 
   def train_step(self, agent: Any) -> Callable[[Any], tf.Tensor]:
-    return self.feed().train_step(agent)
+    if self._feed is None:
+      raise RuntimeError('make the feed (feed(transform=...)) before its '
+                         'train step: a feed made here would not normalise')
+    return self._feed.train_step(agent)
 
 
 class PrioritizedReplay(UniformReplay):
