@@ -7,7 +7,7 @@ DEMO_DIR ?= data/halfcheetah_random_demo
 MEDIUM_DIR ?= data/halfcheetah_v5_medium
 MEDIUM_EPISODES ?= 1000
 
-.PHONY: install demo test bench bench-offline medium figures
+.PHONY: install demo test bench bench-offline medium d4rl-datasets figures
 
 install: $(STAMP)
 
@@ -36,7 +36,13 @@ bench: $(STAMP)
 
 # The D4RL-style medium dataset, recorded with the shipped medium policy.
 medium: $(STAMP)
-	test -f $(MEDIUM_DIR)/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy medium --episodes $(MEDIUM_EPISODES) --out $(MEDIUM_DIR)
+	test -f $(MEDIUM_DIR)/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy medium --episodes $(MEDIUM_EPISODES) --seed 0 --out $(MEDIUM_DIR)
+
+# All four D4RL-style datasets from the shipped policies (docs/datasets.md).
+d4rl-datasets: medium
+	test -f data/halfcheetah_v5_medium_replay/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --dataset-kind medium-replay --seed 0 --out data/halfcheetah_v5_medium_replay
+	test -f data/halfcheetah_v5_expert/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy expert --episodes 1000 --seed 0 --out data/halfcheetah_v5_expert
+	test -f data/halfcheetah_v5_medium_expert/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --dataset-kind medium-expert --episodes 1000 --seed 0 --out data/halfcheetah_v5_medium_expert
 
 bench-offline: medium
 	$(PY) bench/offline.py --dataset $(MEDIUM_DIR)
