@@ -324,7 +324,7 @@ def test_help_lists_every_flag(module):
   assert proc.returncode == 0, proc.stderr
   for name in names + _SHARED_FLAGS[module]:
     # Each flag with some help text after it.
-    assert re.search(rf'--(\[no\])?{name}: \S', proc.stdout), (name,
+    assert re.search(rf'--(\[no\])?{name}:\s+\S', proc.stdout), (name,
                                                               proc.stdout)
   if module == 'serve':  # It is the server: nothing to push.
     assert not re.search(r'--(reverb_address|max_episodes):', proc.stdout)
