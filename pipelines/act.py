@@ -231,7 +231,9 @@ def main(argv: list[str]) -> None:
     cli.fail(_PROG, e, code=2)
   try:
     summary = _act(config, stop)
-  except (tables.ServerUnavailableError, tables.TableNotFoundError) as e:
+  except tables.ServerUnavailableError as e:
+    cli.fail_now(_PROG, e)  # Its client threads may not tear down cleanly.
+  except tables.TableNotFoundError as e:
     cli.fail(_PROG, e)
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)

@@ -211,6 +211,16 @@ def fail(prog: str, error: BaseException, code: int = 1) -> NoReturn:
   sys.exit(code)
 
 
+def fail_now(prog: str, error: BaseException, code: int = 1) -> NoReturn:
+  """`fail`, then ends the process without interpreter teardown: after a
+  lost server, Reverb's C++ client threads can abort the teardown (exit
+  -6 instead of `code`)."""
+  sys.stdout.flush()
+  sys.stderr.flush()
+  print(f'{prog}: error: {one_line(error)}', file=sys.stderr, flush=True)
+  os._exit(code)  # pylint: disable=protected-access
+
+
 def flags_parser(prog: str) -> Callable[[List[str]], List[str]]:
   """Returns an `app.run` flags parser with one-line errors and --help exit 0.
 
