@@ -158,7 +158,7 @@ def test_interrupt_kill_and_resume_leave_every_item_once(dataset, tmp_path):
     processes.append(pushing)
     _wait_for_points(state, 4, pushing)
     pushing.proc.send_signal(signal.SIGINT)
-    assert pushing.proc.wait(timeout=30) == 130, pushing.stderr()[-2000:]
+    assert pushing.proc.wait(timeout=90) == 130, pushing.stderr()[-2000:]
     interrupted = _summary(pushing.stdout())
     assert interrupted['confirmed_episodes'] >= 3
     assert re.match(r'^push: error: interrupted after \d+ episodes, \d+ items '
