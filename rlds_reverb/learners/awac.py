@@ -73,9 +73,7 @@ class AwacAgent(offline_agent.OfflineAgent):
     self._q_network = q_network
     self._target_q_network = q_network.copy(name='TargetQNetwork')
     self._target_q_network.create_variables()
-    for source, target in zip(q_network.variables,
-                              self._target_q_network.variables):
-      target.assign(source)
+    self.copy_weights(q_network, self._target_q_network)
     self._actor_optimizer = actor_optimizer
     self._q_optimizer = q_optimizer
     # One op seed per sampling op, fixed at trace time (as CQL-SAC).
@@ -154,14 +152,16 @@ def make_awac(time_step_spec: Any, action_spec: Any, agent_config: Any,
   q_network = ensemble.EnsembleMlp(
       (obs_spec, action_spec), 2, agent_config.critic_layers,
       seed=agent_config.seed, name='QNetwork')
+  actor.create_variables(obs_spec)
   q_network.create_variables()
-  # Legacy Adam, as agents.make_agent: slots checkpointed per variable.
-  adam = tf.keras.optimizers.legacy.Adam
+  adam = offline_agent.OfflineAgent.make_optimizer
   reward_scale = getattr(agent_config, 'reward_scale_factor', None)
   agent = AwacAgent(
       time_step_spec, action_spec, actor_network=actor, q_network=q_network,
-      actor_optimizer=adam(agent_config.actor_learning_rate),
-      q_optimizer=adam(agent_config.critic_learning_rate), config=config,
+      actor_optimizer=adam(agent_config.actor_learning_rate,
+                           actor.trainable_variables),
+      q_optimizer=adam(agent_config.critic_learning_rate,
+                       q_network.trainable_variables), config=config,
       gamma=agent_config.gamma,
       target_update_tau=agent_config.target_update_tau,
       reward_scale_factor=1.0 if reward_scale is None else reward_scale,

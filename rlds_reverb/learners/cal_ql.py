@@ -86,9 +86,7 @@ class CalQlAgent(offline_agent.OfflineAgent):
                      target_update_tau=target_update_tau,
                      reward_scale_factor=reward_scale_factor,
                      train_step_counter=train_step_counter)
-    for s, t in zip(self._critic_network.variables,
-                    self._target_critic_network.variables):
-      t.assign(s)
+    self.copy_weights(self._critic_network, self._target_critic_network)
     self._log_alpha = tf.Variable(0.0, name='log_alpha')
     self._target_entropy = -float(action_spec.shape.num_elements())
     self._actor_optimizer = self.make_optimizer(

@@ -112,9 +112,7 @@ class IqlAgent(offline_agent.OfflineAgent):
     self._q_network = q_network
     self._target_q_network = q_network.copy(name='TargetQNetwork')
     self._target_q_network.create_variables()
-    for source, target in zip(q_network.variables,
-                              self._target_q_network.variables):
-      target.assign(source)
+    self.copy_weights(q_network, self._target_q_network)
     self._value_network = value_network
     self._actor_optimizer = actor_optimizer
     self._q_optimizer = q_optimizer
@@ -200,20 +198,23 @@ def make_iql(time_step_spec: Any, action_spec: Any, agent_config: Any,
   value_network = ensemble.EnsembleMlp(
       obs_spec, 1, agent_config.critic_layers,
       seed=None if seed is None else seed + 1, name='ValueNetwork')
+  actor.create_variables(obs_spec)
   for network in (q_network, value_network):
     network.create_variables()
   train_steps = getattr(agent_config, 'train_steps', None)
   actor_schedule = PeriodicCosine(
       agent_config.actor_learning_rate,
       int(train_steps or _DEFAULT_TRAIN_STEPS))
-  # Legacy Adam, as agents.make_agent: slots checkpointed per variable.
-  adam = tf.keras.optimizers.legacy.Adam
+  adam = offline_agent.OfflineAgent.make_optimizer
   reward_scale = getattr(agent_config, 'reward_scale_factor', None)
   agent = IqlAgent(
       time_step_spec, action_spec, actor_network=actor, q_network=q_network,
-      value_network=value_network, actor_optimizer=adam(actor_schedule),
-      q_optimizer=adam(agent_config.critic_learning_rate),
-      value_optimizer=adam(agent_config.critic_learning_rate),
+      value_network=value_network,
+      actor_optimizer=adam(actor_schedule, actor.trainable_variables),
+      q_optimizer=adam(agent_config.critic_learning_rate,
+                       q_network.trainable_variables),
+      value_optimizer=adam(agent_config.critic_learning_rate,
+                           value_network.trainable_variables),
       config=config, gamma=agent_config.gamma,
       target_update_tau=agent_config.target_update_tau,
       reward_scale_factor=1.0 if reward_scale is None else reward_scale,

@@ -81,6 +81,12 @@ class OfflineAgent(tf_agent.TFAgent):
     return tf.stop_gradient(batch.reward +
                             self._gamma * batch.discount * next_value)
 
+  @staticmethod
+  def copy_weights(source: Any, target: Any) -> None:
+    """target <- source: a target network starts as its network."""
+    for s, t in zip(source.variables, target.variables):
+      t.assign(s)
+
   def soft_update(self, source: Any, target: Any) -> None:
     """target <- tau * source + (1 - tau) * target, variable by variable."""
     for s, t in zip(source.variables, target.variables):

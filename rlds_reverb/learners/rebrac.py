@@ -88,10 +88,8 @@ class RebracAgent(offline_agent.OfflineAgent):
     self._target_actor_network.create_variables(observation_spec)
     self._critic_network.create_variables()
     self._target_critic_network.create_variables()
-    for source, target in ((self._actor_network, self._target_actor_network),
-                           (self._critic_network, self._target_critic_network)):
-      for s, t in zip(source.variables, target.variables):
-        t.assign(s)
+    self.copy_weights(self._actor_network, self._target_actor_network)
+    self.copy_weights(self._critic_network, self._target_critic_network)
     self._actor_optimizer = self.make_optimizer(
         actor_learning_rate, self._actor_network.trainable_variables)
     self._critic_optimizer = self.make_optimizer(

@@ -179,9 +179,7 @@ class SacNAgent(offline_agent.OfflineAgent):
                      train_step_counter=train_step_counter, name=name)
     critic_network.create_variables()
     target_critic_network.create_variables()
-    for source, target in zip(critic_network.variables,
-                              target_critic_network.variables):
-      target.assign(source)
+    self.copy_weights(critic_network, target_critic_network)
     self._critic_network = critic_network
     self._target_critic_network = target_critic_network
     self._actor_optimizer = actor_optimizer
@@ -276,15 +274,20 @@ def _make(time_step_spec: Any, action_spec: Any,
       continuous_projection_net=functools.partial(
           tanh_normal_projection_network.TanhNormalProjectionNetwork,
           std_transform=_clipped_std))
-  # Legacy Adam, as agents.make_agent (slots checkpointed per variable).
-  adam = tf.keras.optimizers.legacy.Adam
+  critic_network = critic('CriticEnsemble')
+  actor.create_variables(obs_spec)
+  critic_network.create_variables()
+  adam = offline_agent.OfflineAgent.make_optimizer
   agent = SacNAgent(
       time_step_spec, action_spec, actor_network=actor,
-      critic_network=critic('CriticEnsemble'),
+      critic_network=critic_network,
       target_critic_network=critic('TargetCriticEnsemble'),
-      actor_optimizer=adam(agent_config.actor_learning_rate),
-      critic_optimizer=adam(agent_config.critic_learning_rate),
-      alpha_optimizer=adam(agent_config.alpha_learning_rate),
+      actor_optimizer=adam(agent_config.actor_learning_rate,
+                           actor.trainable_variables),
+      critic_optimizer=adam(agent_config.critic_learning_rate,
+                            critic_network.trainable_variables),
+      # log alpha is made by the agent; its one slot pair on first use.
+      alpha_optimizer=adam(agent_config.alpha_learning_rate, []),
       eta=eta, gamma=agent_config.gamma,
       target_update_tau=agent_config.target_update_tau,
       reward_scale_factor=agent_config.reward_scale_factor,
