@@ -19,8 +19,10 @@ from rlds_reverb import tables
 
 DATASET = flags.DEFINE_string(
     'dataset', None, 'RLDS data: a TFDS name with optional config '
-    '(d4rl_mujoco_halfcheetah/v2-medium) or a directory in TFDS format, e.g. '
-    'the --out of pipelines.generate. push converts and writes it; serve '
+    '(d4rl_mujoco_halfcheetah/v2-medium), a directory in TFDS format (e.g. '
+    'the --out of pipelines.generate), or minari:ID for a Minari dataset '
+    '(minari:mujoco/halfcheetah/medium-v0; read from --data_dir or '
+    "Minari's cache). push converts and writes it; serve "
     'reads only its spec (the table signature); train pushes it into a table '
     'of its own for the offline agents (online runs take none). Required by '
     'push and serve.')
@@ -29,7 +31,8 @@ SPLIT = flags.DEFINE_string(
     'train[:10%].')
 DATA_DIR = flags.DEFINE_string(
     'data_dir', None, "TFDS data dir for TFDS names (default: TFDS' own, "
-    '~/tensorflow_datasets).')
+    "~/tensorflow_datasets); Minari's data root for minari:ID (default: "
+    "$MINARI_DATASETS_PATH, else ~/.minari/datasets).")
 DOWNLOAD = flags.DEFINE_bool(
     'download', True, 'For TFDS names: download and prepare the data if it is '
     'not in --data_dir (TFDS needs prepared data even for the spec). With '
