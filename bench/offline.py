@@ -21,7 +21,8 @@ configs/edac_halfcheetah_*.gin) to the agents they name.
 With --finetune_steps N, one more line: TD3+BC offline-to-online, the score
 before and after N env steps of symmetric (half offline, half online)
 sampling; target: after > before.
-Also reported: gradient steps/s of each learner and the sampled
+Also reported: gradient steps/s of each learner (over the runs that trained
+in this process; a run resumed at its end adds none) and the sampled
 transitions/s that fed it (steps/s x batch size).
 
   python bench/offline.py --dataset data/halfcheetah_v5_medium \
@@ -82,6 +83,14 @@ def behaviour_return(dataset: str) -> tuple[float, int, int]:
   returns, lengths = zip(*[(float(r), int(n)) for r, n in sums])
   return float(np.mean(returns)), len(returns), int(sum(lengths) - len(
       lengths))
+
+
+def mean_rate(summaries: list[dict], key: str, digits: int
+              ) -> float | None:
+  """Mean of a rate over the runs that trained in this process (a run
+  resumed at its end trained nothing here and has None); None if none did."""
+  rates = [s[key] for s in summaries if s.get(key) is not None]
+  return round(float(np.mean(rates)), digits) if rates else None
 
 
 def plot_finetune(root: str, path: str, behaviour: float) -> str:
@@ -202,10 +211,9 @@ def main() -> None:
         'corl': CORL[args.dataset_kind].get(agent),
         'batch_size': agents.DEFAULT_BATCH_SIZE.get(agent, 256),
         'return_mean': round(mean_return, 1),
-        'grad_steps_per_s': round(float(np.mean(
-            [s['grad_steps_per_s'] for s in summaries])), 1),
-        'sampled_transitions_per_s': round(float(np.mean(
-            [s['sampled_transitions_per_s'] for s in summaries]))),
+        'grad_steps_per_s': mean_rate(summaries, 'grad_steps_per_s', 1),
+        'sampled_transitions_per_s': mean_rate(
+            summaries, 'sampled_transitions_per_s', 0),
         'target': target, 'target_met': bool(met)}), flush=True)
   curves.plot_curves(all_curves, args.curve, x='train_step',
                      title=f'offline on {os.path.basename(args.dataset)}',
