@@ -211,14 +211,25 @@ def fail(prog: str, error: BaseException, code: int = 1) -> NoReturn:
   sys.exit(code)
 
 
-def fail_now(prog: str, error: BaseException, code: int = 1) -> NoReturn:
-  """`fail`, then ends the process without interpreter teardown: after a
-  lost server, Reverb's C++ client threads can abort the teardown (exit
-  -6 instead of `code`)."""
-  sys.stdout.flush()
-  sys.stderr.flush()
-  print(f'{prog}: error: {one_line(error)}', file=sys.stderr, flush=True)
+def exit_now(line: str, code: int, *, fresh_line: bool = False
+             ) -> NoReturn:
+  """Prints `line` on stderr and ends the process without interpreter
+  teardown, whatever its threads are doing: one may be blocked in Reverb's
+  C++ sampler, and after a lost server its client threads can abort the
+  teardown (exit -6 instead of `code`). `fresh_line`: start on a line of
+  its own (after a progress bar left mid-line)."""
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(f'\n{line}' if fresh_line else line, file=sys.stderr, flush=True)
+  except (OSError, ValueError):
+    pass
   os._exit(code)  # pylint: disable=protected-access
+
+
+def fail_now(prog: str, error: BaseException, code: int = 1) -> NoReturn:
+  """`fail`, ending the process at once (`exit_now`)."""
+  exit_now(f'{prog}: error: {one_line(error)}', code)
 
 
 def flags_parser(prog: str) -> Callable[[List[str]], List[str]]:

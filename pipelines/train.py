@@ -558,15 +558,8 @@ def _parse_gin() -> None:
 
 
 def _exit_now(line: str, code: int) -> NoReturn:
-  """Prints `line` on stderr and ends the process now, whatever its threads
-  are doing (one may be blocked in Reverb's C++ sampler)."""
-  try:
-    sys.stdout.flush()
-    # On a line of its own: the progress bar, never closed, is mid-line.
-    print(f'\n{line}', file=sys.stderr, flush=True)
-  except (OSError, ValueError):
-    pass
-  os._exit(code)  # pylint: disable=protected-access
+  # On a line of its own: the progress bar, never closed, is mid-line.
+  cli.exit_now(line, code, fresh_line=True)
 
 
 def _interrupted_line(root_dir: str) -> str:
