@@ -107,6 +107,12 @@ def plot_finetune(root: str, path: str, behaviour: float) -> str:
               'offline end': offline_end['average_return']})
 
 
+def curve_style(agent_index: int, seed_index: int) -> dict:
+  """One colour per agent, one line style per seed: 12+ curves stay legible."""
+  return {'color': f'C{agent_index % 10}',
+          'linestyle': ('-', '--', ':', '-.')[seed_index % 4]}
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--dataset', default='data/halfcheetah_v5_medium')
@@ -185,11 +191,12 @@ def main() -> None:
         **config),
                                  show_progress=False)
 
-  all_curves = {}
-  for agent in args.agents.split(','):
+  all_curves, styles = {}, {}
+  for agent_index, agent in enumerate(args.agents.split(',')):
     summaries = []
-    for seed in seeds:
+    for seed_index, seed in enumerate(seeds):
       summaries.append(run(agent, seed))
+      styles[f'{agent} seed {seed}'] = curve_style(agent_index, seed_index)
       all_curves[f'{agent} seed {seed}'] = [
           r for r in loop.Learner.read_eval_log(
               os.path.join(args.root, f'{agent}_seed{seed}'))
@@ -218,7 +225,7 @@ def main() -> None:
   curves.plot_curves(all_curves, args.curve, x='train_step',
                      title=f'offline on {os.path.basename(args.dataset)}',
                      x_label='gradient steps', y_label='average return',
-                     hlines={'behaviour': behaviour})
+                     hlines={'behaviour': behaviour}, styles=styles)
   if args.finetune_steps:
     seed = seeds[0]
     summary = run('td3_bc', seed, online_finetune_steps=args.finetune_steps)
