@@ -133,6 +133,11 @@ def main() -> None:
                       'with.')
   parser.add_argument('--gin_file', action='append', default=[],
                       help='Gin file of per-dataset settings (repeatable).')
+  parser.add_argument('--critic_dtype', default='float32',
+                      choices=['float32', 'bfloat16'],
+                      help='AgentConfig.critic_dtype of the learners with '
+                      'ensemble critics (iql, awac, rebrac, sac_n, edac, '
+                      'cal_ql): bfloat16 matmuls in their hidden layers.')
   parser.add_argument('--root', default='runs/bench_offline')
   parser.add_argument('--curve', default='images/results/offline_curves.png')
   parser.add_argument('--finetune_curve',
@@ -150,6 +155,7 @@ def main() -> None:
             'steps': args.steps, 'seeds': seeds,
             'cql_bc_steps': args.cql_bc_steps,
             'dataset_kind': args.dataset_kind, 'gin_files': args.gin_file,
+            'critic_dtype': args.critic_dtype,
             'machine': f'{os.cpu_count()} cores, {platform.machine()}, no GPU',
             'date': time.strftime('%Y-%m-%d')}
   specs = envs.env_specs(args.env)
@@ -186,8 +192,11 @@ def main() -> None:
         batch_size=agents.DEFAULT_BATCH_SIZE.get(agent, 256),
         checkpoint_interval=args.eval_interval,
         eval_episodes=args.eval_episodes, seed=seed,
-        agent_config=agents.AgentConfig(cql_bc_steps=args.cql_bc_steps,
-                                        seed=seed, train_steps=args.steps),
+        agent_config=agents.AgentConfig(
+            cql_bc_steps=args.cql_bc_steps, seed=seed, train_steps=args.steps,
+            critic_dtype=(args.critic_dtype
+                          if agent in agents.OFFLINE_RL_AGENTS
+                          else 'float32')),
         **config),
                                  show_progress=False)
 

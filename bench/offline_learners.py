@@ -10,9 +10,15 @@ own TD3+BC (`td3_bc`), timed in the same run: `vs_td3_bc` is each
 learner's time per step over its. `hours_per_1m` is what 1M gradient steps,
 the published budget, would take at that rate.
 
+`--critic_dtypes float32,bfloat16` times each learner with ensemble critics
+(AgentConfig.critic_dtype) once per dtype; a bfloat16 entry is keyed
+`<learner>@bfloat16` and has `vs_float32`, its speed over the float32
+entry's of the same run.
+
 Prints one JSON line.
 
-  python bench/offline_learners.py [--agents bc,td3_bc,...] [--steps 300]
+  python bench/offline_learners.py [--agents bc,td3_bc,...] [--steps 300] \
+      [--critic_dtypes float32,bfloat16]
 """
 
 import argparse
@@ -66,17 +72,26 @@ def main() -> None:
   parser.add_argument('--warmup', type=int, default=50)
   parser.add_argument('--steps', type=int, default=300)
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--critic_dtypes', default='float32',
+                      help='comma-separated AgentConfig.critic_dtype values '
+                      'to time the ensemble-critic learners with')
   args = parser.parse_args()
+  dtypes = args.critic_dtypes.split(',')
   specs = envs.env_specs('HalfCheetah-v5')
   data_spec = run.trajectory_spec(specs)
   memory = memory_lib.from_episodes(
       data_spec, _episodes(data_spec, args.transitions, 1000, args.seed))
   figures = {}
-  for kind in args.agents.split(','):
+  runs = [(kind, dtype) for kind in args.agents.split(',')
+          for dtype in (dtypes if kind in agents.OFFLINE_RL_AGENTS
+                        else ['float32'])]
+  for kind, dtype in runs:
+    name = kind if dtype == 'float32' else f'{kind}@{dtype}'
     tf.random.set_seed(args.seed)
     batch_size = agents.DEFAULT_BATCH_SIZE.get(kind, 256)
     agent = agents.make_agent(kind, specs.time_step_spec, specs.action_spec,
-                              agents.AgentConfig(seed=args.seed))
+                              agents.AgentConfig(seed=args.seed,
+                                                 critic_dtype=dtype))
     if kind == 'cal_ql':
       feed = feeds.ReturnToGoFeed(memory, batch_size)
     else:
@@ -88,10 +103,13 @@ def main() -> None:
       learner.train(feed, args.steps)
       seconds = time.perf_counter() - start
     rate = args.steps / seconds
-    figures[kind] = {'batch_size': batch_size,
+    figures[name] = {'batch_size': batch_size,
                      'grad_steps_per_s': round(rate, 1),
                      'hours_per_1m': round(1e6 / rate / 3600, 1)}
-    print(f'{kind}: {rate:.1f} gradient steps/s', file=sys.stderr)
+    if dtype != 'float32' and kind in figures:
+      figures[name]['vs_float32'] = round(
+          rate / figures[kind]['grad_steps_per_s'], 2)
+    print(f'{name}: {rate:.1f} gradient steps/s', file=sys.stderr)
   if 'td3_bc' in figures:
     reference = figures['td3_bc']['grad_steps_per_s']
     for values in figures.values():

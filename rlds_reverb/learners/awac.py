@@ -151,7 +151,8 @@ def make_awac(time_step_spec: Any, action_spec: Any, agent_config: Any,
           tanh_normal_projection_network.TanhNormalProjectionNetwork))
   q_network = ensemble.EnsembleMlp(
       (obs_spec, action_spec), 2, agent_config.critic_layers,
-      seed=agent_config.seed, name='QNetwork')
+      seed=agent_config.seed, hidden_dtype_name=agent_config.critic_dtype,
+      name='QNetwork')
   actor.create_variables(obs_spec)
   q_network.create_variables()
   adam = offline_agent.OfflineAgent.make_optimizer

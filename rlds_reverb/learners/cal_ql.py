@@ -69,6 +69,7 @@ class CalQlAgent(offline_agent.OfflineAgent):
                gamma: float, target_update_tau: float,
                reward_scale_factor: float = 1.0,
                config: CalQlConfig | None = None, seed: int | None = None,
+               critic_dtype: str = 'float32',
                train_step_counter: tf.Variable | None = None):
     self.config = config or CalQlConfig()
     observation_spec = time_step_spec.observation
@@ -78,10 +79,10 @@ class CalQlAgent(offline_agent.OfflineAgent):
             tanh_normal_projection_network.TanhNormalProjectionNetwork))
     self._critic_network = ensemble.EnsembleMlp(
         (observation_spec, action_spec), 2, critic_layers, seed=seed,
-        name='CriticNetwork')
+        hidden_dtype_name=critic_dtype, name='CriticNetwork')
     self._target_critic_network = ensemble.EnsembleMlp(
         (observation_spec, action_spec), 2, critic_layers,
-        name='TargetCriticNetwork')
+        hidden_dtype_name=critic_dtype, name='TargetCriticNetwork')
     super().__init__(time_step_spec, action_spec, actor, gamma=gamma,
                      target_update_tau=target_update_tau,
                      reward_scale_factor=reward_scale_factor,
@@ -228,5 +229,5 @@ def make_cal_ql(time_step_spec: Any, action_spec: Any, agent_config: Any,
       target_update_tau=agent_config.target_update_tau,
       reward_scale_factor=agent_config.reward_scale_factor,
       config=CalQlConfig(), seed=agent_config.seed,
-      train_step_counter=train_step)
+      critic_dtype=agent_config.critic_dtype, train_step_counter=train_step)
 

@@ -193,11 +193,12 @@ def make_iql(time_step_spec: Any, action_spec: Any, agent_config: Any,
           tanh_normal_projection_network.TanhNormalProjectionNetwork))
   q_network = ensemble.EnsembleMlp(
       (obs_spec, action_spec), 2, agent_config.critic_layers, seed=seed,
-      name='QNetwork')
+      hidden_dtype_name=agent_config.critic_dtype, name='QNetwork')
   # Its own seed, so V does not start from Q's first-layer draw.
   value_network = ensemble.EnsembleMlp(
       obs_spec, 1, agent_config.critic_layers,
-      seed=None if seed is None else seed + 1, name='ValueNetwork')
+      seed=None if seed is None else seed + 1,
+      hidden_dtype_name=agent_config.critic_dtype, name='ValueNetwork')
   actor.create_variables(obs_spec)
   for network in (q_network, value_network):
     network.create_variables()

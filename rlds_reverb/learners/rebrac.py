@@ -64,6 +64,7 @@ class RebracAgent(offline_agent.OfflineAgent):
                critic_learning_rate: float, gamma: float,
                target_update_tau: float, reward_scale_factor: float = 1.0,
                config: RebracConfig | None = None, seed: int | None = None,
+               critic_dtype: str = 'float32',
                train_step_counter: tf.Variable | None = None):
     self.config = config or RebracConfig()
     observation_spec = time_step_spec.observation
@@ -74,7 +75,8 @@ class RebracAgent(offline_agent.OfflineAgent):
         observation_spec, action_spec, fc_layer_params=tuple(actor_layers),
         name='TargetActorNetwork')
     critic_kwargs = dict(layer_norm=self.config.critic_layer_norm,
-                         hidden_bias=0.1, last_layer_bound=3e-3)
+                         hidden_bias=0.1, last_layer_bound=3e-3,
+                         hidden_dtype_name=critic_dtype)
     self._critic_network = ensemble.EnsembleMlp(
         (observation_spec, action_spec), 2, critic_layers, seed=seed,
         name='CriticNetwork', **critic_kwargs)
@@ -177,4 +179,4 @@ def make_rebrac(time_step_spec: Any, action_spec: Any, agent_config: Any,
       target_update_tau=agent_config.target_update_tau,
       reward_scale_factor=agent_config.reward_scale_factor,
       config=RebracConfig(), seed=agent_config.seed,
-      train_step_counter=train_step)
+      critic_dtype=agent_config.critic_dtype, train_step_counter=train_step)

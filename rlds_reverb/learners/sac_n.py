@@ -267,7 +267,7 @@ def _make(time_step_spec: Any, action_spec: Any,
         (obs_spec, action_spec), num_critics, agent_config.critic_layers,
         hidden_bias=CRITIC_HIDDEN_BIAS,
         last_layer_bound=CRITIC_LAST_LAYER_BOUND, seed=seed,
-        name=network_name)
+        hidden_dtype_name=agent_config.critic_dtype, name=network_name)
 
   actor = actor_distribution_network.ActorDistributionNetwork(
       obs_spec, action_spec, fc_layer_params=agent_config.actor_layers,
