@@ -51,6 +51,7 @@ from rlds_reverb import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import curves
+from rlds_reverb.learners import ensemble
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import offline_data
@@ -134,7 +135,7 @@ def main() -> None:
   parser.add_argument('--gin_file', action='append', default=[],
                       help='Gin file of per-dataset settings (repeatable).')
   parser.add_argument('--critic_dtype', default='float32',
-                      choices=['float32', 'bfloat16'],
+                      choices=list(ensemble.COMPUTE_DTYPES),
                       help='AgentConfig.critic_dtype of the learners with '
                       'ensemble critics (iql, awac, rebrac, sac_n, edac, '
                       'cal_ql): bfloat16 matmuls in their hidden layers.')
