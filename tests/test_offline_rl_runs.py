@@ -154,3 +154,14 @@ def test_a_resume_under_other_method_settings_is_refused(served, tmp_path):
                             show_progress=False)
   finally:
     gin.clear_config()
+
+
+def test_progress_messages_go_to_stderr_not_stdout(served, tmp_path, capsys):
+  """Benches print JSON lines on stdout; the run's per-evaluation lines
+  belong beside its progress bar, on stderr."""
+  root = tmp_path / 'awac'
+  offline.train_offline(_config(served, root, 'awac', steps=4))
+  offline.train_offline(_config(served, root, 'awac', steps=8))
+  out, err = capsys.readouterr()
+  assert out == ''
+  assert err.count('eval at') == 2

@@ -16,6 +16,7 @@ training, and the learner waits (saying so) when the actors are behind.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Optional
 
@@ -112,6 +113,7 @@ class RemotePhase:
       self._waiting_since = now
     elif now - self._waiting_since > _WAIT_NOTICE_S and self._bar is not None:
       self._bar.write(f'waiting for actors: no new episode for '
-                      f'{now - self._waiting_since:.0f} s')
+                      f'{now - self._waiting_since:.0f} s',
+                      file=sys.stderr)
       self._waiting_since = now
     time.sleep(_POLL_S)

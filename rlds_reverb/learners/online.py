@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any, Callable
 
 import gin
@@ -329,7 +330,7 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
                       f'{config.agent} {config.env}', show_progress) as bar:
       if resumed:
         bar.write(f'resumed at {start} env steps, {learner.train_step} '
-                  'gradient steps')
+                  'gradient steps', file=sys.stderr)
 
       def evaluate(_):
         this_run.evaluate(config.eval_episodes, config.seed, x='env_steps',

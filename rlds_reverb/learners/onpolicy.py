@@ -13,6 +13,7 @@ env-step clock and the normalisation statistics.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Callable
 
 import gin
@@ -466,7 +467,7 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
                       f'{config.agent} {config.env}', show_progress) as bar:
       if resumed:
         bar.write(f'resumed at {start} env steps, {learner.train_step} '
-                  'gradient steps')
+                  'gradient steps', file=sys.stderr)
       phase = OnPolicyPhase(this_run, collector, updater, client,
                             ROLLOUT_TABLE, agent_config=agent_config,
                             total_env_steps=config.env_steps,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -239,7 +240,7 @@ class Run:
                f', normalised {record["normalized_score"]:.1f}')
       bar.write(f'eval at {record[x]} {x.replace("_", " ")}: return '
                 f'{result.average_return:.1f} +- {result.std_return:.1f}'
-                f'{score}{success}')
+                f'{score}{success}', file=sys.stderr)
     if on_eval is not None:
       on_eval(record)
     return record
