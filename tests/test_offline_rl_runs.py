@@ -165,3 +165,21 @@ def test_progress_messages_go_to_stderr_not_stdout(served, tmp_path, capsys):
   out, err = capsys.readouterr()
   assert out == ''
   assert err.count('eval at') == 2
+
+
+@pytest.mark.parametrize('agent', ['rebrac', 'iql'])
+def test_one_seed_gives_one_run(served, tmp_path, agent):
+  """The seed fixes every initial weight, the TF-Agents actors' output
+  layers included (Keras draws their unseeded initialisers from Python's
+  `random`), and the batches: two runs with one config export one policy."""
+  policies = []
+  for name in ('a', 'b'):
+    offline.train_offline(_config(served, tmp_path / name, agent, steps=3),
+                          show_progress=False)
+    policies.append(numpy_policy.load(
+        str(tmp_path / name / 'policy_offline.npz')))
+  first, second = policies
+  assert len(first.kernels) == len(second.kernels)
+  for a, b in zip(first.kernels + first.biases,
+                  second.kernels + second.biases):
+    np.testing.assert_array_equal(a, b)
