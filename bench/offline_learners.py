@@ -87,7 +87,7 @@ def main() -> None:
                         else ['float32'])]
   for kind, dtype in runs:
     name = kind if dtype == 'float32' else f'{kind}@{dtype}'
-    tf.random.set_seed(args.seed)
+    run.seed_everything(args.seed)
     batch_size = agents.DEFAULT_BATCH_SIZE.get(kind, 256)
     agent = agents.make_agent(kind, specs.time_step_spec, specs.action_spec,
                               agents.AgentConfig(seed=args.seed,

@@ -16,6 +16,7 @@ from tf_agents.trajectories import time_step as ts
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import awac
 from rlds_reverb.learners import iql
+from rlds_reverb.learners import run
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 
 BATCH = 64
@@ -26,7 +27,7 @@ WEIGHTED_PARTS = {'iql': ('value_loss', 'critic_loss'),
 
 
 def make(kind, seed=0, train_steps=1000):
-  tf.random.set_seed(seed)  # the actor's Keras initialisers
+  run.seed_everything(seed)  # also the actor's Keras initialisers
   time_step_spec = ts.time_step_spec(
       tensor_spec.TensorSpec([17], tf.float32, name='observation'))
   action_spec = tensor_spec.BoundedTensorSpec([6], tf.float32, -1, 1)

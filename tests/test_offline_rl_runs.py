@@ -16,6 +16,7 @@ from rlds_reverb.learners import agents
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import offline_data
+from rlds_reverb.learners import run
 from rlds_reverb.learners import sac_n  # pylint: disable=unused-import (gin)
 from rlds_reverb.replay import episode_table
 from conftest import _rlds  # pylint: disable=g-bad-import-order
@@ -165,6 +166,21 @@ def test_progress_messages_go_to_stderr_not_stdout(served, tmp_path, capsys):
   out, err = capsys.readouterr()
   assert out == ''
   assert err.count('eval at') == 2
+
+
+def _unseeded_dense_kernel(seed: int) -> np.ndarray:
+  run.seed_everything(seed)
+  layer = tf.keras.layers.Dense(4)  # no initializer seed, as TF-Agents' own
+  layer.build((None, 3))
+  return layer.kernel.numpy()
+
+
+def test_seed_everything_fixes_keras_unseeded_initialisers():
+  """tf.random.set_seed alone leaves these to Python's `random`."""
+  np.testing.assert_array_equal(_unseeded_dense_kernel(7),
+                                _unseeded_dense_kernel(7))
+  assert not np.array_equal(_unseeded_dense_kernel(7),
+                            _unseeded_dense_kernel(8))
 
 
 @pytest.mark.parametrize('agent', ['rebrac', 'iql'])

@@ -346,9 +346,7 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True,
 def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                    run_dir: resume.RunDirectory, show_progress: bool,
                    on_server_lost: Callable[[BaseException], None]) -> dict:
-  # Python's, numpy's and TF's seeds: Keras' unseeded initialisers (the
-  # TF-Agents actors' output layers) draw from Python's `random`.
-  tf.keras.utils.set_random_seed(config.seed)
+  run.seed_everything(config.seed)
   rlds_data, data_spec = _checked_data(config, specs)
   reward_env = (envs.make_env(config.env) if config.her_config is not None
                 else None)

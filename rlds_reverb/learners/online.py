@@ -281,9 +281,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
 def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
                   run_dir: resume.RunDirectory, show_progress: bool,
                   on_eval: Callable[[dict], None] | None) -> dict:
-  # Python's, numpy's and TF's seeds: Keras' unseeded initialisers (the
-  # TF-Agents actors' output layers) draw from Python's `random`.
-  tf.keras.utils.set_random_seed(config.seed)
+  run.seed_everything(config.seed)
   reward_env = envs.make_env(config.env) if specs.goal_conditioned else None
   replay = make_replay(config, specs, reward_env)
   remote_actors = config.num_actors == 0

@@ -412,9 +412,7 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
            agent_config: ppo.PpoConfig, run_dir: resume.RunDirectory,
            show_progress: bool, on_eval, on_update,
            demonstrations: tuple[np.ndarray, np.ndarray] | None) -> dict:
-  # Python's, numpy's and TF's seeds: Keras' unseeded initialisers draw
-  # from Python's `random`.
-  tf.keras.utils.set_random_seed(config.seed)
+  run.seed_everything(config.seed)
   model = make_model(specs, agent_config)
   norm = normalization.Normalization(
       specs.observation_shape, agent_config.num_envs,

@@ -43,6 +43,17 @@ REVERB_CHECKPOINTS = 'reverb'
 POLICY_SNAPSHOTS = 'policies'
 
 
+def seed_everything(seed: int) -> None:
+  """Seeds Python's, numpy's and TF's generators for one run.
+
+  `tf.random.set_seed` alone is not enough: Keras' unseeded initialisers
+  (the output layers of TF-Agents' actors, TD3+BC's critics) draw from
+  Python's `random`, so two runs with one seed would start from different
+  weights.
+  """
+  tf.keras.utils.set_random_seed(seed)
+
+
 def crossed(before: int, after: int, interval: int) -> bool:
   """Whether a multiple of `interval` lies in (before, after]."""
   return after // interval > before // interval
