@@ -137,6 +137,10 @@ def test_cal_ql_fine_tunes_on_half_offline_half_online_batches(served,
   # the first is in, then 500 gradient steps per 500 env steps (at 1,000,
   # 1,500 and 2,000).
   assert records[-1]['train_step'] == 20 + 1500
+  # The interval's evaluation at 2,000 env steps is the final one, logged
+  # once.
+  online = [r['env_steps'] for r in records if r['phase'] == 'online']
+  assert online == sorted(set(online)) and online[-1] == 2000, online
 
 
 def test_a_resume_under_other_method_settings_is_refused(served, tmp_path):

@@ -544,6 +544,15 @@ def _last_offline_record(learner: loop.Learner,
   return records[-1] if records else None
 
 
+def _last_online_record(learner: loop.Learner) -> dict | None:
+  """The evaluation at the fine-tuning's current env step, if its interval
+  (or an earlier session of a resumed run) already wrote it."""
+  env_steps = int(learner.env_steps.numpy())
+  records = [r for r in learner.eval_records() if r.get('phase') == 'online'
+             and r.get('env_steps') == env_steps]
+  return records[-1] if records else None
+
+
 def _fill_table(config: OfflineConfig, rlds_data: tf.data.Dataset | None,
                 data_spec: Any, client: Any, address: str,
                 show_progress: bool) -> offline_data.TableData:
@@ -636,7 +645,7 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
                      lambda _: evaluate('online', bar), at_end=False),
            run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
           what='fine-tuning', unit='env step')
-    record = evaluate('online', None)
+    record = _last_online_record(learner) or evaluate('online', None)
   finally:
     collector.close()
   this_run.export('policy_finetuned.npz')
