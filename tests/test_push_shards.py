@@ -145,10 +145,11 @@ def test_resume_after_the_server_died_completes_exactly(dataset, tmp_path):
     assert pushing.proc.wait(timeout=60) == 130, pushing.stderr()[-3000:]
     assert re.match(r'^push: error: interrupted after \d+ episodes',
                     pushing.stderr().rstrip().splitlines()[-1])
-    # The stop is recorded; on a loaded machine the other worker's last
-    # periodic point can land just after it (seen once in CI, 2026-11-24).
+    # The stop is recorded; on a loaded machine each of the two workers'
+    # last periodic points can land just after it (one seen in CI on
+    # 2026-11-24, two on 2026-11-26), so it is among the last three.
     last_reasons = [p['reason'] for p in
-                    json.loads(state.read_text())['points'][-2:]]
+                    json.loads(state.read_text())['points'][-3:]]
     assert 'stopped' in last_reasons, last_reasons
 
     # Resumed on the same server, then the server killed mid-push.
