@@ -474,8 +474,9 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                      what='offline training', unit='gradient step')
     finetuning = int(learner.env_steps.numpy()) > 0  # Resumed in it.
     # A run resumed at its end has its last evaluation in the log already.
-    record = this_run.last_record or _last_offline_record(
-        learner, None if finetuning else learner.train_step)
+    record = this_run.last_record or _last_record(
+        learner, 'offline',
+        **({} if finetuning else {'train_step': learner.train_step}))
     if record is None:
       record = (evaluate('offline', None) if not finetuning else
                 {'average_return': None})
@@ -536,20 +537,13 @@ def _connect(config: OfflineConfig, specs: envs.EnvSpecs
   return client, link, external
 
 
-def _last_offline_record(learner: loop.Learner,
-                         train_step: int | None) -> dict | None:
-  """The offline phase's last evaluation (at `train_step`, if given)."""
-  records = [r for r in learner.eval_records() if r.get('phase') == 'offline'
-             and train_step in (None, r.get('train_step'))]
-  return records[-1] if records else None
-
-
-def _last_online_record(learner: loop.Learner) -> dict | None:
-  """The evaluation at the fine-tuning's current env step, if its interval
-  (or an earlier session of a resumed run) already wrote it."""
-  env_steps = int(learner.env_steps.numpy())
-  records = [r for r in learner.eval_records() if r.get('phase') == 'online'
-             and r.get('env_steps') == env_steps]
+def _last_record(learner: loop.Learner, phase: str,
+                 **position: int) -> dict | None:
+  """The phase's last logged evaluation (at `position`'s step counters, if
+  given), so a run whose interval, or an earlier session of it, already
+  evaluated there does not evaluate and log twice."""
+  records = [r for r in learner.eval_records() if r.get('phase') == phase
+             and all(r.get(key) == value for key, value in position.items())]
   return records[-1] if records else None
 
 
@@ -645,7 +639,9 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
                      lambda _: evaluate('online', bar), at_end=False),
            run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
           what='fine-tuning', unit='env step')
-    record = _last_online_record(learner) or evaluate('online', None)
+    record = (_last_record(learner, 'online',
+                           env_steps=int(learner.env_steps.numpy()))
+              or evaluate('online', None))
   finally:
     collector.close()
   this_run.export('policy_finetuned.npz')
