@@ -25,12 +25,11 @@ from tf_agents.agents.cql import cql_sac_agent
 from tf_agents.agents.ddpg import actor_network as ddpg_actor_network
 from tf_agents.agents.ddpg import critic_network
 from tf_agents.agents.sac import sac_agent
-from tf_agents.agents.sac import tanh_normal_projection_network
 from tf_agents.agents.td3 import td3_agent
-from tf_agents.networks import actor_distribution_network
 from tf_agents.utils import common
 
 from rlds_reverb.learners import ensemble
+from rlds_reverb.learners import offline_agent
 
 # Offline learners TF-Agents lacks, written here as TFAgents (see their
 # modules: iql, awac, rebrac, sac_n, cal_ql).
@@ -319,10 +318,8 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
   # hand critic 1's moments to critic 2.
   adam = tf.keras.optimizers.legacy.Adam
   if kind in ('sac', 'cql_sac'):
-    actor = actor_distribution_network.ActorDistributionNetwork(
-        obs_spec, action_spec, fc_layer_params=config.actor_layers,
-        continuous_projection_net=(
-            tanh_normal_projection_network.TanhNormalProjectionNetwork))
+    actor = offline_agent.squashed_gaussian_actor(
+        obs_spec, action_spec, config.actor_layers)
     common_kwargs = dict(
         actor_network=actor,
         critic_network=_critic(obs_spec, action_spec, config),

@@ -35,8 +35,6 @@ import gin
 import tensorflow as tf
 import tensorflow_probability as tfp
 from tf_agents.agents import tf_agent
-from tf_agents.agents.sac import tanh_normal_projection_network
-from tf_agents.networks import actor_distribution_network
 
 from rlds_reverb.learners import ensemble
 from rlds_reverb.learners import offline_agent
@@ -117,9 +115,8 @@ class AwacAgent(offline_agent.OfflineAgent):
     actor_variables = self._actor_network.trainable_variables
     with tf.GradientTape(watch_accessed_variables=False) as actor_tape:
       actor_tape.watch(actor_variables)
-      log_prob = self.action_distribution(observation).log_prob(
-          self.inside_bounds(action))
-      actor_loss = -tf.reduce_mean(advantage_weight * log_prob)
+      actor_loss = self.weighted_log_likelihood_loss(
+          observation, action, advantage_weight)
     self.apply(actor_tape, actor_loss, actor_variables,
                self._actor_optimizer)
     self.soft_update(self._q_network, self._target_q_network)
@@ -145,10 +142,8 @@ def make_awac(time_step_spec: Any, action_spec: Any, agent_config: Any,
   train_step = (train_step if train_step is not None
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
   obs_spec = time_step_spec.observation
-  actor = actor_distribution_network.ActorDistributionNetwork(
-      obs_spec, action_spec, fc_layer_params=agent_config.actor_layers,
-      continuous_projection_net=(
-          tanh_normal_projection_network.TanhNormalProjectionNetwork))
+  actor = offline_agent.squashed_gaussian_actor(
+      obs_spec, action_spec, agent_config.actor_layers)
   q_network = ensemble.EnsembleMlp(
       (obs_spec, action_spec), 2, agent_config.critic_layers,
       seed=agent_config.seed, hidden_dtype_name=agent_config.critic_dtype,

@@ -34,8 +34,6 @@ from typing import Any
 import gin
 import tensorflow as tf
 from tf_agents.agents import tf_agent
-from tf_agents.agents.sac import tanh_normal_projection_network
-from tf_agents.networks import actor_distribution_network
 
 from rlds_reverb.learners import ensemble
 from rlds_reverb.learners import offline_agent
@@ -73,10 +71,8 @@ class CalQlAgent(offline_agent.OfflineAgent):
                train_step_counter: tf.Variable | None = None):
     self.config = config or CalQlConfig()
     observation_spec = time_step_spec.observation
-    actor = actor_distribution_network.ActorDistributionNetwork(
-        observation_spec, action_spec, fc_layer_params=tuple(actor_layers),
-        continuous_projection_net=(
-            tanh_normal_projection_network.TanhNormalProjectionNetwork))
+    actor = offline_agent.squashed_gaussian_actor(
+        observation_spec, action_spec, actor_layers)
     self._critic_network = ensemble.EnsembleMlp(
         (observation_spec, action_spec), 2, critic_layers, seed=seed,
         hidden_dtype_name=critic_dtype, name='CriticNetwork')

@@ -31,8 +31,6 @@ from typing import Any, Optional
 import gin
 import tensorflow as tf
 from tf_agents.agents import tf_agent
-from tf_agents.agents.sac import tanh_normal_projection_network
-from tf_agents.networks import actor_distribution_network
 
 from rlds_reverb.learners import ensemble
 from rlds_reverb.learners import offline_agent
@@ -152,9 +150,8 @@ class IqlAgent(offline_agent.OfflineAgent):
     actor_variables = self._actor_network.trainable_variables
     with tf.GradientTape(watch_accessed_variables=False) as actor_tape:
       actor_tape.watch(actor_variables)
-      log_prob = self.action_distribution(observation).log_prob(
-          self.inside_bounds(action))
-      actor_loss = -tf.reduce_mean(advantage_weight * log_prob)
+      actor_loss = self.weighted_log_likelihood_loss(
+          observation, action, advantage_weight)
 
     self.apply(value_tape, value_loss, value_variables,
                self._value_optimizer)
@@ -187,10 +184,8 @@ def make_iql(time_step_spec: Any, action_spec: Any, agent_config: Any,
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
   obs_spec = time_step_spec.observation
   seed = agent_config.seed
-  actor = actor_distribution_network.ActorDistributionNetwork(
-      obs_spec, action_spec, fc_layer_params=agent_config.actor_layers,
-      continuous_projection_net=(
-          tanh_normal_projection_network.TanhNormalProjectionNetwork))
+  actor = offline_agent.squashed_gaussian_actor(
+      obs_spec, action_spec, agent_config.actor_layers)
   q_network = ensemble.EnsembleMlp(
       (obs_spec, action_spec), 2, agent_config.critic_layers, seed=seed,
       hidden_dtype_name=agent_config.critic_dtype, name='QNetwork')

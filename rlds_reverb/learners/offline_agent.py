@@ -11,10 +11,13 @@ errors in `LossInfo.extra.td_error`, and keep their actor under
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+import functools
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
+from tf_agents.agents.sac import tanh_normal_projection_network
+from tf_agents.networks import actor_distribution_network
 from tf_agents.policies import actor_policy
 from tf_agents.trajectories import trajectory
 
@@ -26,6 +29,21 @@ Transition = collections.namedtuple(
 # Squashed-Gaussian log-probs of data actions on the bounds are -inf: data
 # actions are pulled this far inside the bounds first (CORL clips the same).
 _ACTION_EPSILON = 1e-4
+
+
+def squashed_gaussian_actor(observation_spec: Any, action_spec: Any,
+                            layers: Sequence[int],
+                            std_transform: Optional[Callable] = None
+                            ) -> actor_distribution_network.ActorDistributionNetwork:
+  """TF-Agents' SAC actor (tanh-squashed Gaussian, state-dependent std),
+  the actor every stochastic learner here shares so that the numpy
+  export's 'tanh_normal' head serves them all."""
+  projection = tanh_normal_projection_network.TanhNormalProjectionNetwork
+  if std_transform is not None:
+    projection = functools.partial(projection, std_transform=std_transform)
+  return actor_distribution_network.ActorDistributionNetwork(
+      observation_spec, action_spec, fc_layer_params=tuple(layers),
+      continuous_projection_net=projection)
 
 
 class OfflineAgent(tf_agent.TFAgent):
@@ -106,6 +124,15 @@ class OfflineAgent(tf_agent.TFAgent):
     high = tf.cast(self.action_spec.maximum, tf.float32)
     margin = _ACTION_EPSILON * (high - low) / 2.0
     return tf.clip_by_value(action, low + margin, high - margin)
+
+  def weighted_log_likelihood_loss(self, observation: Any, action: tf.Tensor,
+                                   weight: tf.Tensor) -> tf.Tensor:
+    """-mean(weight * log pi(a | s)) over data actions: the actor loss of
+    advantage-weighted regression (IQL's and AWAC's actors; `weight` is
+    held constant by the caller)."""
+    log_prob = self.action_distribution(observation).log_prob(
+        self.inside_bounds(action))
+    return -tf.reduce_mean(weight * log_prob)
 
   @staticmethod
   def weighted_mean(per_example: tf.Tensor,

@@ -37,15 +37,12 @@ What differs from CORL:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Optional
 
 import gin
 import tensorflow as tf
 import tensorflow_probability as tfp
 from tf_agents.agents import tf_agent
-from tf_agents.agents.sac import tanh_normal_projection_network
-from tf_agents.networks import actor_distribution_network
 
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import ensemble
@@ -269,11 +266,9 @@ def _make(time_step_spec: Any, action_spec: Any,
         last_layer_bound=CRITIC_LAST_LAYER_BOUND, seed=seed,
         hidden_dtype_name=agent_config.critic_dtype, name=network_name)
 
-  actor = actor_distribution_network.ActorDistributionNetwork(
-      obs_spec, action_spec, fc_layer_params=agent_config.actor_layers,
-      continuous_projection_net=functools.partial(
-          tanh_normal_projection_network.TanhNormalProjectionNetwork,
-          std_transform=_clipped_std))
+  actor = offline_agent.squashed_gaussian_actor(
+      obs_spec, action_spec, agent_config.actor_layers,
+      std_transform=_clipped_std)
   critic_network = critic('CriticEnsemble')
   actor.create_variables(obs_spec)
   critic_network.create_variables()
