@@ -108,9 +108,7 @@ class IqlAgent(offline_agent.OfflineAgent):
                      train_step_counter=train_step_counter, name=name)
     self._config = config
     self._q_network = q_network
-    self._target_q_network = q_network.copy(name='TargetQNetwork')
-    self._target_q_network.create_variables()
-    self.copy_weights(q_network, self._target_q_network)
+    self._target_q_network = self.target_of(q_network, 'TargetQNetwork')
     self._value_network = value_network
     self._actor_optimizer = actor_optimizer
     self._q_optimizer = q_optimizer

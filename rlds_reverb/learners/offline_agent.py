@@ -105,6 +105,14 @@ class OfflineAgent(tf_agent.TFAgent):
     for s, t in zip(source.variables, target.variables):
       t.assign(s)
 
+  @classmethod
+  def target_of(cls, network: Any, name: str) -> Any:
+    """A built copy of a critic ensemble that starts equal to it."""
+    target = network.copy(name=name)
+    target.create_variables()
+    cls.copy_weights(network, target)
+    return target
+
   def soft_update(self, source: Any, target: Any) -> None:
     """target <- tau * source + (1 - tau) * target, variable by variable."""
     for s, t in zip(source.variables, target.variables):
