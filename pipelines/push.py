@@ -725,6 +725,7 @@ def _run_workers(config: PushConfig, target: Target,
   workers = _Workers(config, shards, target.address)
   failed: Optional[str] = None
   interrupted = False
+  unrecorded = ''  # Why the stop could not be recorded, if it could not.
   try:
     while not all(s.finished for s in shards):
       try:
@@ -769,9 +770,12 @@ def _run_workers(config: PushConfig, target: Target,
           _handle(workers.events.get(timeout=0.5), shards, workers)
     except KeyboardInterrupt:
       pass
-    # Record what they confirmed, for a --resume on the same server.
-    with contextlib.suppress(Exception):
+    # Record what they confirmed, for a --resume on the same server; a stop
+    # that cannot be recorded is said, never passed over.
+    try:
       _barrier(ledger, shards, 'stopped', config)
+    except Exception as e:  # pylint: disable=broad-except
+      unrecorded = f'; the stop was not recorded ({cli.one_line(e)})'
   workers.kill()
   summary = _sharded_summary(config, target, ledger, shards, start_time,
                              failed)
@@ -788,11 +792,14 @@ def _run_workers(config: PushConfig, target: Target,
     return 0
   if interrupted:
     resume = (' (--resume pushes the rest)' if config.state_file else '')
+    if unrecorded:  # --resume then needs the table as a point recorded it.
+      resume = (f'{unrecorded}: {ledger.durable()}: restart the server from '
+                'its checkpoint and rerun with --resume')
     print(f'{_PROG}: error: interrupted after {summary["episodes"]} '
-          f'episodes, {summary["items"]} items written{resume}',
-          file=sys.stderr, flush=True)
+          f'episodes, {summary["items"]} items written'
+          f'{resume}', file=sys.stderr, flush=True)
     return 130
-  print(f'{_PROG}: error: {failed}', file=sys.stderr, flush=True)
+  print(f'{_PROG}: error: {failed}{unrecorded}', file=sys.stderr, flush=True)
   return 1
 
 
@@ -919,11 +926,20 @@ def main(argv: list[str]) -> None:
     resume = (f' ({push.episode_range(0, stats.confirmed_position)} '
               'confirmed: --resume pushes the rest)'
               if config.state_file and stats.confirmed_position else '')
+    if stats.stop_unrecorded:
+      resume = _unrecorded_stop(stats)
     cli.fail(_PROG, RuntimeError(
         f'interrupted after {stats.episodes} episodes, {stats.items} items '
         f'written{resume}'), code=130)
   except cli.USER_ERRORS as e:
+    if stats.stop_unrecorded:  # Said before the error, which stays last.
+      print(f'{_PROG}: {_unrecorded_stop(stats)[2:]}', file=sys.stderr)
     cli.fail(_PROG, e)
+
+
+def _unrecorded_stop(stats: push.PushStats) -> str:
+  return (f'; the stop was not recorded ({stats.stop_unrecorded}): restart '
+          'the server from its latest checkpoint and rerun with --resume')
 
 
 if __name__ == '__main__':

@@ -78,6 +78,9 @@ class PushStats:
   position: int = 0
   confirmed_position: int = 0
   confirmed_items: int = 0
+  # Why the barrier 'stopped' failed (the push raised its own error, which
+  # wins): the caller says it, since a --resume then needs a restore.
+  stop_unrecorded: str = ''
 
   @property
   def steps_per_second(self) -> float:
@@ -480,8 +483,8 @@ def push_rlds_to_table(
       raise e  # pylint: disable=raise-missing-from
     try:
       barrier('stopped')
-    except Exception:  # pylint: disable=broad-except
-      pass  # Keep the push's own error.
+    except Exception as unrecorded:  # pylint: disable=broad-except
+      stats.stop_unrecorded = str(unrecorded).splitlines()[0]
     raise
   finally:
     stats.items = writer.items

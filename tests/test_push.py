@@ -685,6 +685,31 @@ class DurabilityTest(_ServerTestCase):
     keys = sorted(s.data.observation.tobytes() for s in self.drain('ours'))
     self.assertLen(set(keys), 30)
 
+  def test_a_stop_that_cannot_be_recorded_is_said(self):
+    ledger = self.ledger('uniform')  # A queue's size is not checked.
+    calls = []
+    stats = push.PushStats()
+
+    def lose_items_at_the_stop(stats, reason):
+      calls.append(reason)
+      if reason == 'stopped':  # As a server restarted with no checkpoint.
+        self.client.reset('uniform')
+      ledger.on_barrier(stats, reason)
+      if calls == ['every', 'every']:
+        raise KeyboardInterrupt
+
+    with self.assertRaises(KeyboardInterrupt):  # The push's own error wins.
+      rlds_reverb.push_rlds_to_table(
+          fx.make_rlds(self.episodes), self.client, 'uniform',
+          checkpoint_every=3, on_barrier=lose_items_at_the_stop, stats=stats)
+    self.assertEqual(calls, ['every', 'every', 'stopped'])
+    self.assertRegex(stats.stop_unrecorded,
+                     r"^table 'uniform' at localhost:\d+ holds 0 items where "
+                     r'this push confirmed 18: the server lost 18 items')
+    with open(self.state_path) as f:
+      reasons = [p['reason'] for p in json.load(f)['points']]
+    self.assertEqual(reasons, ['start', 'every', 'every'])
+
   def test_a_table_that_matches_no_point_is_refused(self):
     ledger = self.ledger()
     rlds_reverb.push_rlds_to_table(

@@ -134,27 +134,26 @@ def test_resume_after_the_server_died_completes_exactly(dataset, tmp_path):
                              '--feed_table')
     processes.append(server)
     args = ('--dataset', data, '--feed_table', '--num_workers', '2',
-            '--checkpoint_every', '1', '--state_file', str(state),
-            '--server_timeout_s', '2')
+            '--checkpoint_every', '1', '--state_file', str(state))
     # Ctrl-C: every worker ends, what they confirmed is recorded, exit 130.
+    # A server wait of 2 s can run out on a loaded 2-core CI machine (the
+    # stop then goes unrecorded, and says so); the server is alive here.
     pushing = _Process(tmp_path, 'push0', 'push', *args,
-                       '--reverb_address', address)
+                       '--server_timeout_s', '10', '--reverb_address', address)
     processes.append(pushing)
     _wait_for_points(state, 3, pushing)
     pushing.proc.send_signal(signal.SIGINT)
-    assert pushing.proc.wait(timeout=60) == 130, pushing.stderr()[-3000:]
-    assert re.match(r'^push: error: interrupted after \d+ episodes',
-                    pushing.stderr().rstrip().splitlines()[-1])
-    # The stop is recorded; on a loaded machine each of the two workers'
-    # last periodic points can land just after it (one seen in CI on
-    # 2026-11-24, two on 2026-11-26), so it is among the last three.
-    last_reasons = [p['reason'] for p in
-                    json.loads(state.read_text())['points'][-3:]]
-    assert 'stopped' in last_reasons, last_reasons
+    assert pushing.proc.wait(timeout=90) == 130, pushing.stderr()[-3000:]
+    error = pushing.stderr().rstrip().splitlines()[-1]
+    assert re.match(r'^push: error: interrupted after \d+ episodes, \d+ '
+                    r'items written \(--resume pushes the rest\)$', error), error
+    # Nothing is recorded after the stop.
+    assert json.loads(state.read_text())['points'][-1]['reason'] == 'stopped'
 
     # Resumed on the same server, then the server killed mid-push.
     pushing = _Process(tmp_path, 'push1', 'push', *args,
-                       '--reverb_address', address, '--resume')
+                       '--server_timeout_s', '2', '--reverb_address', address,
+                       '--resume')
     processes.append(pushing)
     _wait_for_points(state, len(json.loads(state.read_text())['points']) + 3,
                      pushing)
@@ -170,7 +169,8 @@ def test_resume_after_the_server_died_completes_exactly(dataset, tmp_path):
     server, address = _serve(tmp_path, 'serve2', data, tmp_path / 'ckpt',
                              '--feed_table')
     processes.append(server)
-    resumed = _push(tmp_path, *args, '--reverb_address', address, '--resume')
+    resumed = _push(tmp_path, *args, '--server_timeout_s', '10',
+                    '--reverb_address', address, '--resume')
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = _summary(resumed.stdout)
     assert summary['table_size'] == 60
