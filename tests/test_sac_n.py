@@ -315,3 +315,50 @@ def test_published_defaults():
     np.testing.assert_array_equal(s.numpy(), t.numpy())
   assert sac_n.make_sac_n(TIME_STEP_SPEC, ACTION_SPEC,
                           agents.AgentConfig())._eta == 0.0
+
+
+def _initial_action_distribution(agent, seed=0):
+  """Mean (pre-tanh) and std of the fresh actor over random states."""
+  states = tf.random.stateless_normal([256, 17], seed=[seed, 1]) * 3.0
+  distribution, _ = agent._actor_network(states, step_type=(),
+                                         network_state=(), training=False)
+  normal = distribution.input_distribution
+  return normal.mean().numpy(), normal.stddev().numpy()
+
+
+def test_edac_actor_init_starts_near_tanh_of_a_unit_normal():
+  config = sac_n.SacNConfig(num_critics=3, edac_actor_init=True)
+  agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
+      actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
+                          config=config)
+  variables = agent._actor_network.variables
+  head = [v for v in variables if 'projection_layer' in v.name]
+  trunk = [v for v in variables if 'projection_layer' not in v.name]
+  assert len(head) == 2 and len(trunk) == 6
+  for v in head:
+    assert np.abs(v.numpy()).max() <= sac_n.ACTOR_HEAD_BOUND
+  for kernel, bias in zip(trunk[::2], trunk[1::2]):
+    assert np.all(bias.numpy() == sac_n.ACTOR_HIDDEN_BIAS)
+    bound = 1 / np.sqrt(kernel.shape[0])
+    values = kernel.numpy()
+    assert np.abs(values).max() <= bound
+    # Uniform on +-bound: std bound / sqrt(3), within 5% at >= 4,352 draws.
+    assert abs(values.std() / (bound / np.sqrt(3)) - 1) < 0.05
+  mean, std = _initial_action_distribution(agent)
+  # Seen here: |mean| and |log std| at most 0.01; TF-Agents' initialisers
+  # give 1.65 and 1.73 (checked below).
+  assert np.abs(mean).max() < 0.1
+  assert np.abs(np.log(std)).max() < 0.1
+  default = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
+      actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
+                            config=sac_n.SacNConfig(num_critics=3))
+  mean, std = _initial_action_distribution(default)
+  assert np.abs(mean).max() > 0.5 or np.abs(np.log(std)).max() > 0.5
+  # The same seed draws the same weights.
+  again = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
+      actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
+                          config=config)
+  for a, b in zip(variables, again._actor_network.variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  with pytest.raises(ValueError, match='projection_layer'):
+    sac_n.edac_actor_init(agent._critic_network)

@@ -23,8 +23,9 @@ What differs from CORL:
     `TanhNormalProjectionNetwork` head (one Dense layer giving mean and log
     std; the numpy export's 'tanh_normal' head reads it). CORL's actor has
     separate mean and log-std layers drawn from U(-1e-3, 1e-3) and hidden
-    biases of 0.1; that initialisation is not reproduced (Keras' Glorot
-    kernels and zero biases instead). The log std is clipped to [-5, 2] as
+    biases of 0.1; `SacNConfig.edac_actor_init` re-draws our actor that way
+    (`edac_actor_init`), else it keeps TF-Agents' initialisers (variance
+    scaling kernels, zero biases). The log std is clipped to [-5, 2] as
     CORL does; the numpy export's `sample` does not clip (its `greedy`,
     tanh of the mean, is exact either way).
   * The temperature loss uses the same sampled actions as the actor loss
@@ -72,6 +73,42 @@ class SacNConfig:
   eta: Optional[float] = None
   """Weight of EDAC's gradient-diversity term. None: 0 for make_sac_n (no
   term), EDAC_ETA (1.0, CORL's halfcheetah-medium) for make_edac."""
+  edac_actor_init: bool = False
+  """Start the actor as the EDAC paper and CORL do (`edac_actor_init`)
+  instead of with TF-Agents' initialisers."""
+
+
+# The EDAC paper's actor initialisation, as CORL's edac.py sets it.
+ACTOR_HIDDEN_BIAS = 0.1
+ACTOR_HEAD_BOUND = 1e-3
+
+
+def edac_actor_init(actor: Any, seed: Optional[int] = None) -> None:
+  """Re-draws a `squashed_gaussian_actor`'s weights as CORL's EDAC actor
+  starts: hidden kernels from PyTorch's Linear default U(+-1/sqrt(fan_in)),
+  hidden biases ACTOR_HIDDEN_BIAS, and the mean and log-std head (kernel and
+  bias) from U(+-ACTOR_HEAD_BOUND), so the first policy is close to
+  tanh(N(0, 1)) in every state rather than a random function of it.
+
+  Raises:
+    ValueError: the actor has no 'projection_layer' (not that actor).
+  """
+  variables = actor.variables
+  if not any('projection_layer' in v.name for v in variables):
+    raise ValueError('edac_actor_init needs the squashed Gaussian actor '
+                     '(a TanhNormalProjectionNetwork projection_layer)')
+  for i, variable in enumerate(variables):
+    shape = variable.shape
+    layer_seed = None if seed is None else seed * 1013 + i
+    if 'projection_layer' in variable.name:
+      bound = ACTOR_HEAD_BOUND
+    elif 'bias' in variable.name:
+      variable.assign(tf.fill(shape, ACTOR_HIDDEN_BIAS))
+      continue
+    else:
+      bound = 1.0 / float(shape[0]) ** 0.5
+    variable.assign(tf.keras.initializers.RandomUniform(
+        -bound, bound, seed=layer_seed)(shape, variable.dtype))
 
 
 def _clipped_std(log_std: tf.Tensor) -> tf.Tensor:
@@ -251,7 +288,8 @@ class SacNAgent(offline_agent.OfflineAgent):
 
 def _make(time_step_spec: Any, action_spec: Any,
           agent_config: agents.AgentConfig, train_step: Optional[tf.Variable],
-          kind: str, num_critics: int, eta: float, name: str) -> SacNAgent:
+          kind: str, num_critics: int, eta: float, name: str,
+          actor_init: bool = False) -> SacNAgent:
   if num_critics < 1:
     raise ValueError(f'num_critics must be >= 1, got {num_critics}')
   # Fields left None get CORL's settings (a no-op on a resolved config).
@@ -271,6 +309,8 @@ def _make(time_step_spec: Any, action_spec: Any,
       std_transform=_clipped_std)
   critic_network = critic('CriticEnsemble')
   actor.create_variables(obs_spec)
+  if actor_init:
+    edac_actor_init(actor, seed)
   critic_network.create_variables()
   adam = offline_agent.OfflineAgent.make_optimizer
   agent = SacNAgent(
@@ -309,7 +349,8 @@ def make_sac_n(time_step_spec: Any, action_spec: Any,
     raise ValueError(f'SAC-N has no diversity term, got eta={config.eta}; '
                      'build EDAC with make_edac')
   return _make(time_step_spec, action_spec, agent_config, train_step,
-               'sac_n', config.num_critics, 0.0, 'SacNAgent')
+               'sac_n', config.num_critics, 0.0, 'SacNAgent',
+               config.edac_actor_init)
 
 
 def make_edac(time_step_spec: Any, action_spec: Any,
@@ -330,4 +371,5 @@ def make_edac(time_step_spec: Any, action_spec: Any,
     raise ValueError(f'EDAC needs num_critics >= 2, got '
                      f'{config.num_critics}')
   return _make(time_step_spec, action_spec, agent_config, train_step,
-               'edac', config.num_critics, eta, 'EdacAgent')
+               'edac', config.num_critics, eta, 'EdacAgent',
+               config.edac_actor_init)
