@@ -65,6 +65,8 @@ from rlds_reverb import tables
 from rlds_reverb.replay import episode_table
 
 _PROG = 'push'
+# What to do once the table may hold items that no recorded point names.
+_RESTART = 'restart the server from its checkpoint and rerun with --resume'
 DEFAULT_MAX_SIZE = 2_000_000
 
 _PUSH_FLAGS = common_flags.define_push_flags()
@@ -386,8 +388,7 @@ def _advice(error: BaseException, config: PushConfig,
     return error
   if isinstance(error, push.ServerUnavailableError):
     return push.ServerUnavailableError(
-        f'{error}; {ledger.durable()}: restart the server from its '
-        'checkpoint and rerun with --resume')
+        f'{error}; {ledger.durable()}: {_RESTART}')
   if isinstance(error, push.ItemsLostError):  # Its text ends on durable().
     return push.ItemsLostError(f'{error}: restart the server from that '
                                'checkpoint and rerun with --resume')
@@ -713,8 +714,7 @@ def _lost(error: Exception, ledger: push.PushLedger,
   if 'not durably stored' not in text:
     text += ('; not durably stored: ' +
              shards_lib.not_durable(shards, ledger.state.last_checkpointed))
-  return (f'{text}; {ledger.durable()}: restart the server from its '
-          'checkpoint and rerun with --resume')
+  return f'{text}; {ledger.durable()}: {_RESTART}'
 
 
 def _run_workers(config: PushConfig, target: Target,
@@ -793,8 +793,7 @@ def _run_workers(config: PushConfig, target: Target,
   if interrupted:
     resume = (' (--resume pushes the rest)' if config.state_file else '')
     if unrecorded:  # --resume then needs the table as a point recorded it.
-      resume = (f'{unrecorded}: {ledger.durable()}: restart the server from '
-                'its checkpoint and rerun with --resume')
+      resume = f'{unrecorded}: {ledger.durable()}: {_RESTART}'
     print(f'{_PROG}: error: interrupted after {summary["episodes"]} '
           f'episodes, {summary["items"]} items written'
           f'{resume}', file=sys.stderr, flush=True)
@@ -938,8 +937,7 @@ def main(argv: list[str]) -> None:
 
 
 def _unrecorded_stop(stats: push.PushStats) -> str:
-  return (f'; the stop was not recorded ({stats.stop_unrecorded}): restart '
-          'the server from its latest checkpoint and rerun with --resume')
+  return f'; the stop was not recorded ({stats.stop_unrecorded}): {_RESTART}'
 
 
 if __name__ == '__main__':
