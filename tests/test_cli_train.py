@@ -109,6 +109,9 @@ def test_offline_to_online_reports_both_scores(dataset, tmp_path):
   assert 'offline_normalized_score' in summary
   assert 'finetuned_normalized_score' in summary
   assert summary['train_steps'] == 100
+  # The dataset's copy and the online episodes are checkpointed apart.
+  for name in ('reverb', 'reverb_online'):
+    assert os.listdir(tmp_path / 'ft' / name), name
 
 
 def test_online_sac_short_run(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ the offline run loop: Reverb episode table, in-memory feed, evaluation,
 checkpoint, export, resume; reward scaling; the refusals."""
 
 import os
+import shutil
 
 import gin
 import numpy as np
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 import rlds_reverb
 from rlds_reverb import tables
+from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import loop
@@ -141,6 +143,47 @@ def test_cal_ql_fine_tunes_on_half_offline_half_online_batches(served,
   # once.
   online = [r['env_steps'] for r in records if r['phase'] == 'online']
   assert online == sorted(set(online)) and online[-1] == 2000, online
+
+
+def _online_episodes(root) -> int:
+  """Episodes in a fine-tuning run's online checkpoint (Reverb restores the
+  table's own configuration whatever the one given here)."""
+  specs = envs.env_specs('HalfCheetah-v5')
+  server = tables.start_server(
+      [episode_table.make_table(offline.FINETUNE_TABLE,
+                                run.trajectory_spec(specs), max_episodes=8)],
+      checkpoint_dir=str(root / run.ONLINE_REVERB_CHECKPOINTS))
+  try:
+    return tables.get_table_info(server.localhost_client(),
+                                 offline.FINETUNE_TABLE).current_size
+  finally:
+    server.stop()
+
+
+def test_fine_tuning_resumes_with_its_online_episodes(served, tmp_path):
+  """The online episodes have a checkpoint of their own, which a resumed
+  run restores; a resume without it is refused, not run on empty."""
+  root = tmp_path / 'td3_bc'
+  first = offline.train_offline(_config(
+      served, root, 'td3_bc', steps=10, online_finetune_steps=1000,
+      train_every=500), show_progress=False)
+  assert first['finetune_env_steps'] == 1000
+  assert _online_episodes(root) == 1  # HalfCheetah: 1,000 steps each.
+  # Moved without its online checkpoint: refused, naming what is missing.
+  moved = tmp_path / 'moved'
+  shutil.copytree(root, moved)
+  shutil.rmtree(moved / run.ONLINE_REVERB_CHECKPOINTS)
+  with pytest.raises(RuntimeError, match=(
+      r'1000 env steps into fine-tuning, but its online episodes were not '
+      r'restored from .*moved/reverb_online')):
+    offline.train_offline(_config(
+        served, moved, 'td3_bc', steps=10, online_finetune_steps=2000,
+        train_every=500), show_progress=False)
+  second = offline.train_offline(_config(
+      served, root, 'td3_bc', steps=10, online_finetune_steps=2000,
+      train_every=500), show_progress=False)
+  assert second['finetune_env_steps'] == 2000
+  assert _online_episodes(root) == 2  # The first came back, one was added.
 
 
 def test_a_resume_under_other_method_settings_is_refused(served, tmp_path):

@@ -367,18 +367,24 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
             max_size=offline_data.UNBOUNDED_TABLE_SIZE,
             sampler='prioritized' if config.prioritized else 'uniform',
             alpha=config.per_settings.alpha, min_size_to_sample=1)])
-  if finetune_replay is not None:
-    local_tables += finetune_replay.tables()
+  online_server, online_client = None, None
   try:
     if link is not None and config.feed == 'stream':
       # Sampling blocks inside Reverb's C++ when the server dies.
       watch = sampling.ServerWatch(link, client, on_lost=on_server_lost)
       watch.__enter__()
     if local_tables:
-      # Checkpointed with the run: a resumed run neither pushes again nor
-      # loses its online data.
+      # Checkpointed with the run: a resumed run does not push again (and
+      # pushes again if this copy of the dataset is gone).
       server = tables.start_server(local_tables, checkpoint_dir=os.path.join(
           config.root_dir, run.REVERB_CHECKPOINTS))
+    if finetune_replay is not None:
+      # The online episodes in a server of their own: their checkpoint is
+      # what a resumed fine-tuning run cannot get back any other way.
+      online_server = tables.start_server(
+          finetune_replay.tables(), checkpoint_dir=os.path.join(
+              config.root_dir, run.ONLINE_REVERB_CHECKPOINTS))
+      online_client = online_server.localhost_client()
     local_client = server.localhost_client() if server else None
     if not config.reverb_address:
       client, address = local_client, f'localhost:{server.port}'
@@ -434,7 +440,8 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
     if replay is not None and link is not None:
       write_back = lambda: _write_back(replay, client, link)
     this_run = run.Run(
-        learner, config.agent, specs, config.root_dir, client=local_client,
+        learner, config.agent, specs, config.root_dir,
+        clients=[c for c in (local_client, online_client) if c is not None],
         write_back=write_back,
         view=replay.actor_view() if replay else None,
         refresh_view=replay.refresh_actor_view if replay else (lambda: None),
@@ -495,7 +502,7 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       this_run.export('policy_offline.npz', train_step=learner.train_step)
     if finetune_replay is not None:
       summary.update(_finetune(config, specs, this_run, replay,
-                               finetune_replay, normalize, local_client,
+                               finetune_replay, normalize, online_client,
                                evaluate, show_progress))
     return summary
   finally:
@@ -503,8 +510,9 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       watch.stop()
     if reward_env is not None:
       reward_env.close()
-    if server is not None:
-      server.stop()
+    for running in (server, online_server):
+      if running is not None:
+        running.stop()
 
 
 def _write_back(replay: Any, client: Any,
@@ -597,6 +605,7 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
   """Offline-to-online: half of every batch from each table."""
   learner = this_run.learner
   online_replay.start(client)  # A resumed run gets back what it collected.
+  _check_online_data(config, specs, learner, online_replay)
   half = config.batch_size // 2
   mixed = None
 
@@ -648,6 +657,28 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
   return {'finetune_env_steps': int(learner.env_steps.numpy()),
           'finetuned_return': record['average_return'],
           'finetuned_normalized_score': record['normalized_score']}
+
+
+def _check_online_data(config: OfflineConfig, specs: envs.EnvSpecs,
+                       learner: loop.Learner,
+                       online_replay: variants.UniformReplay) -> None:
+  """Refuses to fine-tune on when a resumed run's online episodes are gone
+  (its online checkpoint left behind on another machine), rather than go on
+  as if it had collected nothing.
+
+  Raises:
+    RuntimeError: the learner counts at least one whole episode of env
+      steps and the online table restored none.
+  """
+  collected = int(learner.env_steps.numpy())
+  episode = specs.max_episode_steps or 1
+  if collected >= episode and not online_replay.ready:
+    path = os.path.join(config.root_dir, run.ONLINE_REVERB_CHECKPOINTS)
+    raise RuntimeError(
+        f'{config.root_dir}: this run is {collected} env steps into '
+        f'fine-tuning, but its online episodes were not restored from '
+        f'{path} (missing or empty): copy that directory back from where '
+        'the run was, or start over in a new root_dir')
 
 
 def summary_line(summary: dict) -> str:

@@ -321,7 +321,7 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
                                     seed=config.seed * 1_000_003 + start,
                                     **replay.writer_kwargs())
     this_run = run.Run(
-        learner, config.agent, specs, config.root_dir, client=client,
+        learner, config.agent, specs, config.root_dir, clients=(client,),
         write_back=lambda: replay.write_back(client),
         view=replay.actor_view(), refresh_view=replay.refresh_actor_view,
         normalizer=getattr(replay, 'normalizer', None), seed=config.seed)

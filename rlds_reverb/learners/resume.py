@@ -48,7 +48,7 @@ MAY_CHANGE = frozenset({
 # runs recorded on 2026-11-24 before that hold None for "the default".
 _RESOLVED_PREFIX = 'agent_config.'
 # What in a root_dir means a run has saved state there.
-_STATE_DIRS = ('checkpoints', 'reverb')
+_STATE_DIRS = ('checkpoints', 'reverb', 'reverb_online')
 _INFO_FILE = 'dataset_info.json'
 _MAX_LISTED = 8
 

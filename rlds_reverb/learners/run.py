@@ -40,6 +40,10 @@ from rlds_reverb.learners import export
 from rlds_reverb.learners import loop
 
 REVERB_CHECKPOINTS = 'reverb'
+# Fine-tuning's online episodes, apart from the dataset's copy in
+# REVERB_CHECKPOINTS: a copy can be pushed again, what was collected cannot,
+# so this one is small enough to keep or move on its own.
+ONLINE_REVERB_CHECKPOINTS = 'reverb_online'
 POLICY_SNAPSHOTS = 'policies'
 
 
@@ -202,7 +206,7 @@ class Run:
   """
 
   def __init__(self, learner: loop.Learner, kind: str, specs: envs.EnvSpecs,
-               root_dir: str, *, client: Optional[reverb.Client] = None,
+               root_dir: str, *, clients: Sequence[reverb.Client] = (),
                write_back: Callable[[], None] = lambda: None,
                view: Optional[Callable[[Any], np.ndarray]] = None,
                refresh_view: Callable[[], None] = lambda: None,
@@ -210,7 +214,7 @@ class Run:
                export_statistics: Optional[Callable[[], Any]] = None,
                **metadata: Any):
     self.learner, self.kind, self.specs = learner, kind, specs
-    self.root_dir, self.client = root_dir, client
+    self.root_dir, self.clients = root_dir, tuple(clients)
     self._write_back, self.view = write_back, view
     self._refresh_view = refresh_view
     self.normalizer, self.metadata = normalizer, metadata
@@ -264,8 +268,8 @@ class Run:
     twice, none lost).
     """
     self._write_back()
-    if self.client is not None:
-      tables.checkpoint(self.client)
+    for client in self.clients:
+      tables.checkpoint(client)
     self.learner.save()
 
   def export(self, filename: str, **metadata: Any) -> str:
