@@ -8,6 +8,7 @@ right: the JSON summary, the files of a run, resuming, and one-line errors.
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -172,6 +173,13 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
   evals = [json.loads(line) for line in open(os.path.join(root,
                                                           'eval.jsonl'))]
   assert [e['env_steps'] for e in evals] == [512, 1024, 1536]
+  # Moved without its replay, it is refused rather than run on empty.
+  moved = str(tmp_path / 'moved')
+  shutil.copytree(root, moved, ignore=shutil.ignore_patterns('reverb'))
+  line = _error_line(_train(*[moved if arg == root else arg for arg in common],
+                            '--steps', '2048'))
+  assert ('1536 env steps into training, but its episodes were not '
+          f'restored from {moved}/reverb') in line, line
   tags = _tensorboard_tags(root)
   assert {'per/beta', 'per/max_priority', 'eval/average_return'} <= tags
 

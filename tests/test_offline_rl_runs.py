@@ -174,7 +174,7 @@ def test_fine_tuning_resumes_with_its_online_episodes(served, tmp_path):
   shutil.copytree(root, moved)
   shutil.rmtree(moved / run.ONLINE_REVERB_CHECKPOINTS)
   with pytest.raises(RuntimeError, match=(
-      r'1000 env steps into fine-tuning, but its online episodes were not '
+      r'1000 env steps into fine-tuning, but its episodes were not '
       r'restored from .*moved/reverb_online')):
     offline.train_offline(_config(
         served, moved, 'td3_bc', steps=10, online_finetune_steps=2000,

@@ -605,7 +605,10 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
   """Offline-to-online: half of every batch from each table."""
   learner = this_run.learner
   online_replay.start(client)  # A resumed run gets back what it collected.
-  _check_online_data(config, specs, learner, online_replay)
+  run.check_episodes_restored(
+      config.root_dir, run.ONLINE_REVERB_CHECKPOINTS,
+      int(learner.env_steps.numpy()), specs.max_episode_steps,
+      online_replay.ready, 'fine-tuning')
   half = config.batch_size // 2
   mixed = None
 
@@ -657,28 +660,6 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
   return {'finetune_env_steps': int(learner.env_steps.numpy()),
           'finetuned_return': record['average_return'],
           'finetuned_normalized_score': record['normalized_score']}
-
-
-def _check_online_data(config: OfflineConfig, specs: envs.EnvSpecs,
-                       learner: loop.Learner,
-                       online_replay: variants.UniformReplay) -> None:
-  """Refuses to fine-tune on when a resumed run's online episodes are gone
-  (its online checkpoint left behind on another machine), rather than go on
-  as if it had collected nothing.
-
-  Raises:
-    RuntimeError: the learner counts at least one whole episode of env
-      steps and the online table restored none.
-  """
-  collected = int(learner.env_steps.numpy())
-  episode = specs.max_episode_steps or 1
-  if collected >= episode and not online_replay.ready:
-    path = os.path.join(config.root_dir, run.ONLINE_REVERB_CHECKPOINTS)
-    raise RuntimeError(
-        f'{config.root_dir}: this run is {collected} env steps into '
-        f'fine-tuning, but its online episodes were not restored from '
-        f'{path} (missing or empty): copy that directory back from where '
-        'the run was, or start over in a new root_dir')
 
 
 def summary_line(summary: dict) -> str:

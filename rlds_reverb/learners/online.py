@@ -307,6 +307,11 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
     learner.set_curve(x='env_steps', title=title, y=metric)
     resumed = learner.restore()
     replay.start(client)  # A resumed run gets back what it had collected.
+    if not remote_actors:
+      run.check_episodes_restored(
+          config.root_dir, run.REVERB_CHECKPOINTS,
+          int(learner.env_steps.numpy()), specs.max_episode_steps,
+          replay.ready, 'training')
     if remote_actors and not resumed:
       # Episodes the actors wrote before the learner came up.
       learner.env_steps.assign(replay.transitions_read)

@@ -47,6 +47,28 @@ ONLINE_REVERB_CHECKPOINTS = 'reverb_online'
 POLICY_SNAPSHOTS = 'policies'
 
 
+def check_episodes_restored(root_dir: str, store_dir: str, env_steps: int,
+                            episode_steps: Optional[int], restored: bool,
+                            what: str) -> None:
+  """Refuses to go on when a resumed run's collected episodes did not come
+  back (its Reverb checkpoint left behind on another machine), rather than
+  train on as if it had collected nothing.
+
+  Episodes are stored whole, so a run short of one episode may have none.
+
+  Raises:
+    RuntimeError: `env_steps` reaches a whole episode and nothing was
+      `restored` from root_dir/store_dir.
+  """
+  if env_steps >= (episode_steps or 1) and not restored:
+    path = os.path.join(root_dir, store_dir)
+    raise RuntimeError(
+        f'{root_dir}: this run is {env_steps} env steps into {what}, but its '
+        f'episodes were not restored from {path} (missing or empty): copy '
+        'that directory back from where the run was, or start over in a new '
+        'root_dir')
+
+
 def seed_everything(seed: int) -> None:
   """Seeds Python's, numpy's and TF's generators for one run.
 
