@@ -186,6 +186,26 @@ def test_fine_tuning_resumes_with_its_online_episodes(served, tmp_path):
   assert _online_episodes(root) == 2  # The first came back, one was added.
 
 
+@pytest.mark.parametrize('env_steps,episode_steps,restored,refused', [
+    (999, 1000, False, False),  # Short of one whole episode: may hold none.
+    (1000, 1000, False, True),
+    (5000, 1000, True, False),
+    (5000, None, False, False),  # No time limit: cannot be told apart.
+])
+def test_lost_episodes_are_refused_from_one_whole_episode_on(
+    env_steps, episode_steps, restored, refused):
+  check = lambda: run.check_episodes_restored(
+      'runs/x', 'reverb_online', env_steps, episode_steps, restored,
+      'fine-tuning')
+  if refused:
+    with pytest.raises(RuntimeError, match=(
+        r'runs/x: this run is 1000 env steps into fine-tuning, but its '
+        r'episodes were not restored from runs/x/reverb_online')):
+      check()
+  else:
+    check()
+
+
 def test_a_resume_under_other_method_settings_is_refused(served, tmp_path):
   """The gin-bound method settings are part of the recorded run."""
   from rlds_reverb.learners import resume  # pylint: disable=g-import-not-at-top

@@ -54,13 +54,15 @@ def check_episodes_restored(root_dir: str, store_dir: str, env_steps: int,
   back (its Reverb checkpoint left behind on another machine), rather than
   train on as if it had collected nothing.
 
-  Episodes are stored whole, so a run short of one episode may have none.
+  Episodes are stored whole, so a run short of one episode may have none;
+  without a time limit (`episode_steps` None) that cannot be told apart, and
+  nothing is checked.
 
   Raises:
     RuntimeError: `env_steps` reaches a whole episode and nothing was
       `restored` from root_dir/store_dir.
   """
-  if env_steps >= (episode_steps or 1) and not restored:
+  if episode_steps and env_steps >= episode_steps and not restored:
     path = os.path.join(root_dir, store_dir)
     raise RuntimeError(
         f'{root_dir}: this run is {env_steps} env steps into {what}, but its '
