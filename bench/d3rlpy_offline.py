@@ -43,7 +43,8 @@ import time
 
 import numpy as np
 
-# D4RL's reference returns for halfcheetah (random, expert).
+# D4RL's reference returns for halfcheetah (random, expert), as in
+# rlds_reverb.acting.envs, which this interpreter cannot import (TensorFlow).
 HALFCHEETAH_RANDOM, HALFCHEETAH_EXPERT = -280.178953, 12135.0
 EVAL_SEED_BASE = 10_000  # The project's evaluation seeds: 10_000 + seed + i.
 

@@ -18,7 +18,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import rlds
-import tensorflow as tf
 import tqdm
 
 from rlds_reverb import datasets
@@ -39,11 +38,11 @@ def export(dataset: str, out: str, split: str = 'train') -> dict[str, int]:
       raise ValueError(f'{dataset}: episode {count} has dict observations '
                        '(goal data); only array observations are exported')
     for name in FIELDS:
-      columns[name].append(tf.nest.map_structure(np.asarray, steps[name]))
+      columns[name].append(np.asarray(steps[name]))
     count += 1
+  if not count:
+    raise ValueError(f'{dataset}: no episodes to export')
   arrays = {name: np.concatenate(parts) for name, parts in columns.items()}
-  if not arrays[rlds.IS_FIRST].any():
-    raise ValueError(f'{dataset}: no steps to export')
   np.savez(out, **arrays)
   return {'episodes': count, 'steps': int(arrays[rlds.REWARD].shape[0])}
 
