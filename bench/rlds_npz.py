@@ -24,6 +24,7 @@ from rlds_reverb import datasets
 
 FIELDS = (rlds.OBSERVATION, rlds.ACTION, rlds.REWARD, rlds.IS_FIRST,
           rlds.IS_LAST, rlds.IS_TERMINAL)
+_ALL_STEPS = (1 << 31) - 1
 
 
 def export(dataset: str, out: str, split: str = 'train') -> dict[str, int]:
@@ -33,7 +34,9 @@ def export(dataset: str, out: str, split: str = 'train') -> dict[str, int]:
   count = 0
   for episode in tqdm.tqdm(episodes, desc='export', unit='episode',
                            file=sys.stderr):
-    steps = next(iter(episode[rlds.STEPS].batch(1 << 20)))
+    # One batch holds the whole episode (the int32 bound convert.py uses),
+    # so no episode is cut short.
+    steps = next(iter(episode[rlds.STEPS].batch(_ALL_STEPS)))
     if isinstance(steps[rlds.OBSERVATION], dict):
       raise ValueError(f'{dataset}: episode {count} has dict observations '
                        '(goal data); only array observations are exported')
