@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -116,14 +117,29 @@ def curve_style(agent_index: int, seed_index: int) -> dict:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--dataset', default='data/halfcheetah_v5_medium')
-  parser.add_argument('--env', default='HalfCheetah-v5')
-  parser.add_argument('--agents', default='bc,td3_bc,cql_sac')
-  parser.add_argument('--seeds', default='0,1,2')
-  parser.add_argument('--steps', type=int, default=300_000)
-  parser.add_argument('--eval_interval', type=int, default=10_000)
-  parser.add_argument('--eval_episodes', type=int, default=10)
-  parser.add_argument('--finetune_steps', type=int, default=0)
+  parser.add_argument('--dataset', default='data/halfcheetah_v5_medium',
+                      help='RLDS dataset: a directory written by '
+                      'pipelines.generate, a TFDS name or minari:ID, as '
+                      'rlds_reverb.datasets.load reads them.')
+  parser.add_argument('--env', default='HalfCheetah-v5',
+                      help='Gymnasium env the policies are evaluated in and '
+                      'whose D4RL reference returns normalise the scores.')
+  parser.add_argument('--agents', default='bc,td3_bc,cql_sac',
+                      help='Comma-separated learners, as pipelines.train '
+                      '--agent names them.')
+  parser.add_argument('--seeds', default='0,1,2',
+                      help='Comma-separated seeds; one run per agent and seed.')
+  parser.add_argument('--steps', type=int, default=300_000,
+                      help='Gradient steps per run (CORL: 1M).')
+  parser.add_argument('--eval_interval', type=int, default=10_000,
+                      help='Gradient steps between evaluations; each run '
+                      'also checkpoints at this interval and resumes from '
+                      'its last checkpoint when rerun.')
+  parser.add_argument('--eval_episodes', type=int, default=10,
+                      help='Greedy episodes per evaluation.')
+  parser.add_argument('--finetune_steps', type=int, default=0,
+                      help='Env steps of TD3+BC offline-to-online fine-tuning '
+                      'after its offline run (0: none).')
   parser.add_argument('--cql_bc_steps', type=int, default=10_000,
                       help='CQL-SAC behaviour-cloning warm-up steps')
   parser.add_argument('--feed', default='memory', choices=['memory', 'stream'],
@@ -139,11 +155,19 @@ def main() -> None:
                       help='AgentConfig.critic_dtype of the learners with '
                       'ensemble critics (iql, awac, rebrac, sac_n, edac, '
                       'cal_ql): bfloat16 matmuls in their hidden layers.')
-  parser.add_argument('--root', default='runs/bench_offline')
-  parser.add_argument('--curve', default='images/results/offline_curves.png')
+  parser.add_argument('--root', default='runs/bench_offline',
+                      help='Run directories go to ROOT/AGENT_seedSEED; '
+                      'existing ones are resumed.')
+  parser.add_argument('--curve', default='images/results/offline_curves.png',
+                      help='PNG of every run\'s evaluation curve.')
   parser.add_argument('--finetune_curve',
-                      default='images/results/offline_to_online.png')
+                      default='images/results/offline_to_online.png',
+                      help='PNG of the fine-tuning curve (--finetune_steps).')
   args = parser.parse_args()
+  # A job started in the background inherits SIGINT ignored; Ctrl-C (or
+  # kill -INT) must still stop it, at worst losing the steps since the last
+  # checkpoint.
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   # pylint: disable=g-import-not-at-top,unused-import (gin registration)
   from rlds_reverb.learners import rebrac, sac_n, iql, awac, cal_ql
   gin.parse_config_files_and_bindings(args.gin_file, [])
