@@ -5,8 +5,8 @@ runs (Cal-QL and its reference, TD3+BC, from the same dataset and budget)
 and prints one JSON line per run: the last offline score (`before`), the
 last online one (`after`), and the dip, the lowest online score within
 `--dip_window` env steps of the switch minus `before` (Cal-QL's claim is
-that it does not dip; negative is a dip). Draws both runs' online curves
-against env steps into --curve.
+that it does not dip; negative is a dip). Draws each run's curve against
+env steps into --curve, starting from its last offline score at 0.
 
   python bench/offline_to_online.py --runs runs/offline_rl/o2o/cal_ql_seed0,\
 runs/offline_rl/o2o/td3_bc_seed0 --curve images/results/offline_rl/o2o.png
@@ -39,22 +39,34 @@ def summarize(run_dir: str, dip_window: int) -> dict:
           'online_scores': [round(r['normalized_score'], 1) for r in online]}
 
 
+def switch_curve(run_dir: str) -> list[dict]:
+  """The online evaluations, led by the last offline one at env step 0.
+
+  The score fine-tuning starts from belongs on the curve: without it a dip
+  at the first online evaluation has nothing to dip from.
+  """
+  records = loop.Learner.read_eval_log(run_dir)
+  offline = [r for r in records if r.get('phase') == 'offline']
+  online = [r for r in records if r.get('phase') == 'online']
+  return [{**offline[-1], 'env_steps': 0}] * bool(offline) + online
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--runs', required=True,
                       help='Comma-separated run directories.')
   parser.add_argument('--dip_window', type=int, default=5000,
                       help='Env steps after the switch the dip looks at.')
-  parser.add_argument('--curve', default='')
+  parser.add_argument('--curve', default='',
+                      help='PNG to draw the runs\' curves into (none if '
+                           'empty).')
   args = parser.parse_args()
   runs = args.runs.split(',')
   for run_dir in runs:
     print(json.dumps(summarize(run_dir, args.dip_window)))
   if args.curve:
     curves.plot_curves(
-        {os.path.basename(r.rstrip('/')): [
-            rec for rec in loop.Learner.read_eval_log(r)
-            if rec.get('phase') == 'online'] for r in runs},
+        {os.path.basename(r.rstrip('/')): switch_curve(r) for r in runs},
         args.curve, x='env_steps', title='offline-to-online from medium',
         x_label='env steps (fine-tuning)', y_label='average return')
 
