@@ -232,3 +232,23 @@ def test_killed_server_ends_a_streaming_learner_or_is_waited_for(tmp_path):
       if process.poll() is None:
         process.kill()
         process.wait()
+
+
+def test_offline_phases_return_to_python_at_least_every_cap(cartpole,
+                                                            tmp_path):
+  # Ctrl-C and the progress bar act between graph calls: a phase never runs
+  # more than the cap, and the triggers still fire exactly on their steps.
+  agent = _dqn(cartpole)
+  learner = loop.Learner(agent, str(tmp_path))
+  learner.set_train_step(lambda batch: (agent.train_step_counter.assign_add(1),
+                                        tf.constant(1.0))[1])
+  calls, fired = [], []
+  train = learner.train
+  learner.train = lambda source, n: (calls.append(n), train(source, n))[1]
+  phase = run.OfflinePhase(learner, lambda: tf.zeros([1]), 25, (10,),
+                           max_steps_per_call=4)
+  run.run_phases(lambda: learner.train_step, 25, phase,
+                 [run.Every(10, fired.append)])
+  assert calls == [4, 4, 2, 4, 4, 2, 4, 1]
+  assert fired == [10, 20, 25]
+  assert learner.train_step == 25

@@ -356,19 +356,29 @@ class OnlinePhase:
                               grad_steps=learner.train_step)
 
 
+# Gradient steps per graph call at most. Python gets control back between
+# calls, so the progress bar moves and Ctrl-C (KeyboardInterrupt) stops a
+# slow learner within this many steps, not at the next evaluation.
+MAX_STEPS_PER_CALL = 1000
+
+
 class OfflinePhase:
-  """One phase of gradient steps, up to the next trigger; times itself
-  (leaving out a process's first phase, which traces the graph)."""
+  """One phase of gradient steps, up to the next trigger or
+  `max_steps_per_call`; times itself (leaving out a process's first phase,
+  which traces the graph)."""
 
   def __init__(self, learner: loop.Learner, source: Any, total: int,
-               intervals: Sequence[int], bar: Optional[tqdm.tqdm] = None):
+               intervals: Sequence[int], bar: Optional[tqdm.tqdm] = None,
+               max_steps_per_call: int = MAX_STEPS_PER_CALL):
     self._learner, self._source = learner, source
     self._total, self._intervals = total, intervals
     self._bar = bar
+    self._max_steps = max_steps_per_call
     self._seconds, self._timed, self._phases = 0.0, 0, 0
 
   def __call__(self, position: int) -> None:
-    steps = next_stop(position, self._total, self._intervals)
+    steps = min(next_stop(position, self._total, self._intervals),
+                self._max_steps)
     start = time.perf_counter()
     loss = self._learner.train(self._source, steps)
     if self._phases:
