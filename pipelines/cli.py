@@ -211,17 +211,18 @@ def fail(prog: str, error: BaseException, code: int = 1) -> NoReturn:
   sys.exit(code)
 
 
-def exit_now(line: str, code: int, *, fresh_line: bool = False
+def exit_now(line: Optional[str], code: int, *, fresh_line: bool = False
              ) -> NoReturn:
   """Prints `line` on stderr and ends the process without interpreter
   teardown, whatever its threads are doing: one may be blocked in Reverb's
   C++ sampler, and after a lost server its client threads can abort the
   teardown (exit -6 instead of `code`). `fresh_line`: start on a line of
-  its own (after a progress bar left mid-line)."""
+  its own (after a progress bar left mid-line). `line` None: print nothing."""
   try:
     sys.stdout.flush()
     sys.stderr.flush()
-    print(f'\n{line}' if fresh_line else line, file=sys.stderr, flush=True)
+    if line is not None:
+      print(f'\n{line}' if fresh_line else line, file=sys.stderr, flush=True)
   except (OSError, ValueError):
     pass
   os._exit(code)  # pylint: disable=protected-access

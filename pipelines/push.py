@@ -536,6 +536,8 @@ def push_shard(config: PushConfig) -> None:
   summary = dataclasses.asdict(report)
   summary[shards_lib.ERROR_KEY] = cli.one_line(error) if error else None
   print(json.dumps(summary), flush=True)
+  if error is not None:  # As in `main`: no teardown after a failed push.
+    cli.exit_now(None, code)
   sys.exit(code)
 
 
@@ -927,13 +929,15 @@ def main(argv: list[str]) -> None:
               if config.state_file and stats.confirmed_position else '')
     if stats.stop_unrecorded:
       resume = _unrecorded_stop(stats)
-    cli.fail(_PROG, RuntimeError(
+    # Without teardown: the interrupted writer's C++ threads can abort it
+    # (exit -6 instead of 130); what was confirmed is already on disk.
+    cli.fail_now(_PROG, RuntimeError(
         f'interrupted after {stats.episodes} episodes, {stats.items} items '
         f'written{resume}'), code=130)
   except cli.USER_ERRORS as e:
     if stats.stop_unrecorded:  # Said before the error, which stays last.
       print(f'{_PROG}: {_unrecorded_stop(stats)[2:]}', file=sys.stderr)
-    cli.fail(_PROG, e)
+    cli.fail_now(_PROG, e)
 
 
 def _unrecorded_stop(stats: push.PushStats) -> str:
