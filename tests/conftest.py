@@ -10,7 +10,8 @@ has the map). What more than one of those files needs lives here:
   helpers   `chi_square`, `chi_square_bound` (statistical bounds),
             `_rlds` (in-memory RLDS episodes, float64 by default),
             `_fixed_batch` (a [B, 2] HalfCheetah-shaped Trajectory batch),
-            `_dqn` (a small seeded CartPole DQN agent), `_Server` (a Reverb
+            `_dqn` (a small seeded CartPole DQN agent), `bench_module` (a
+            bench/ script imported as a module), `_Server` (a Reverb
             server with a queue of 2-step items and an episode table),
             `_episodes` (a generated dataset read back as arrays).
 
@@ -28,6 +29,8 @@ if _TESTS_DIR not in sys.path:
   sys.path.insert(0, _TESTS_DIR)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import importlib.util
+import types
 from typing import Any, List
 
 import numpy as np
@@ -56,6 +59,17 @@ def specs():
 @pytest.fixture(scope='module')
 def cartpole():
   return envs.env_specs('CartPole-v1')
+
+
+# bench/ scripts (not a package: each runs as `python bench/<name>.py`).
+
+
+def bench_module(name: str) -> types.ModuleType:
+  path = os.path.join(_TESTS_DIR, '..', 'bench', f'{name}.py')
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 # Statistics.

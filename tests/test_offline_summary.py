@@ -1,20 +1,10 @@
 """bench/offline_summary.py: rows of added seeds join the earlier ones."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), '..', 'bench',
-                     'offline_summary.py')
-
-
-def _summary_module():
-  spec = importlib.util.spec_from_file_location('offline_summary', _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from conftest import bench_module  # pylint: disable=g-bad-import-order
 
 
 def _line(seeds, scores, *, steps=30000, date='2026-11-24'):
@@ -34,7 +24,8 @@ def test_later_seeds_join_the_row_and_a_repeated_seed_is_replaced(tmp_path):
   later.write_text('not json\n' + _line([1, 2], [47.0, 46.0],
                                         date='2026-11-25') + '\n'
                    + _line([2], [49.0], date='2026-11-25') + '\n')
-  summary = _summary_module().summarize([str(first), str(later)])
+  summary = bench_module('offline_summary').summarize(
+      [str(first), str(later)])
   rows = {row['gradient_steps']: row for row in summary['rows']}
   assert rows[30000]['seeds'] == [0, 1, 2]
   assert rows[30000]['scores'] == [45.0, 47.0, 49.0]
@@ -50,6 +41,6 @@ def test_bfloat16_runs_are_rows_of_their_own(tmp_path):
   half = json.loads(_line([0], [44.0]))
   half['critic_dtype'] = 'bfloat16'
   path.write_text(_line([0], [45.0]) + '\n' + json.dumps(half) + '\n')
-  rows = _summary_module().summarize([str(path)])['rows']
+  rows = bench_module('offline_summary').summarize([str(path)])['rows']
   assert [(r['scores'], r.get('critic_dtype')) for r in rows] == [
       ([45.0], None), ([44.0], 'bfloat16')]

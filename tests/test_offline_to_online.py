@@ -1,22 +1,12 @@
 """bench/offline_to_online.py: the dip is measured from the last offline score."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 
 from rlds_reverb.learners import loop
 
-_PATH = os.path.join(os.path.dirname(__file__), '..', 'bench',
-                     'offline_to_online.py')
-
-
-def _module():
-  spec = importlib.util.spec_from_file_location('offline_to_online', _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from conftest import bench_module  # pylint: disable=g-bad-import-order
 
 
 def _run(tmp_path, records):
@@ -39,7 +29,8 @@ def test_dip_is_the_lowest_early_online_score_below_the_last_offline_one(
       _record('online', 21, 1000, 41.5), _record('online', 22, 2000, 45.0),
       # Outside the 5,000-step window: not part of the dip.
       _record('online', 30, 10000, 20.0), _record('online', 40, 20000, 50.0)])
-  summary = _module().summarize(run_dir, dip_window=5000)
+  summary = bench_module('offline_to_online').summarize(
+      run_dir, dip_window=5000)
   assert summary['before'] == 44.0
   assert summary['after'] == 50.0
   assert summary['dip'] == pytest.approx(-2.5)
@@ -50,7 +41,7 @@ def test_curve_starts_at_the_offline_score_on_env_step_zero(tmp_path):
   run_dir = _run(tmp_path, [
       _record('offline', 10, 0, 30.0), _record('offline', 20, 0, 44.0),
       _record('online', 21, 1000, 41.5)])
-  curve = _module().switch_curve(run_dir)
+  curve = bench_module('offline_to_online').switch_curve(run_dir)
   assert [(r['env_steps'], r['normalized_score']) for r in curve] == [
       (0, 44.0), (1000, 41.5)]
 
@@ -58,4 +49,5 @@ def test_curve_starts_at_the_offline_score_on_env_step_zero(tmp_path):
 def test_a_run_without_an_online_phase_is_an_error_naming_it(tmp_path):
   run_dir = _run(tmp_path, [_record('offline', 20, 0, 44.0)])
   with pytest.raises(ValueError, match='cal_ql_seed0'):
-    _module().summarize(run_dir, dip_window=5000)
+    bench_module('offline_to_online').summarize(
+      run_dir, dip_window=5000)

@@ -1,23 +1,13 @@
 """bench/rlds_npz.py and bench/d3rlpy_offline.py's reading of its rows: the
 episodes a peer library trains on are the ones our learners train on."""
 
-import importlib.util
-import os
 
 import numpy as np
 import pytest
 
 from rlds_reverb import tfds_writer
 
-_BENCH = os.path.join(os.path.dirname(__file__), '..', 'bench')
-
-
-def _bench_module(name):
-  spec = importlib.util.spec_from_file_location(
-      name, os.path.join(_BENCH, f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from conftest import bench_module  # pylint: disable=g-bad-import-order
 
 
 def _episode(length, terminal, offset):
@@ -46,7 +36,7 @@ def test_export_keeps_every_step_in_order_with_its_flags(tmp_path):
       enumerate(episodes), str(tmp_path / 'tfds'), name='tiny',
       spec=tfds_writer.StepSpec(observation_shape=(3,), action_shape=(2,)))
   out = str(tmp_path / 'steps.npz')
-  counts = _bench_module('rlds_npz').export(dataset_dir, out)
+  counts = bench_module('rlds_npz').export(dataset_dir, out)
   assert counts == {'episodes': 3, 'steps': 5 + 3 + 4}
   with np.load(out) as f:
     rows = {name: f[name] for name in f.files}
@@ -61,7 +51,7 @@ def test_export_keeps_every_step_in_order_with_its_flags(tmp_path):
 
 
 def test_d3rlpy_rows_keep_cut_final_observations_and_drop_terminal_ones():
-  flags = _bench_module('d3rlpy_offline').episode_flags
+  flags = bench_module('d3rlpy_offline').episode_flags
   # Episode 0 cut by its time limit (rows 0-3), episode 1 terminal (4-6).
   is_last = np.array([0, 0, 0, 1, 0, 0, 1], bool)
   is_terminal = np.array([0, 0, 0, 0, 0, 0, 1], bool)
@@ -80,6 +70,6 @@ def test_d3rlpy_rows_keep_cut_final_observations_and_drop_terminal_ones():
 ])
 def test_d3rlpy_rows_refuse_broken_episode_flags(is_last, is_terminal,
                                                  message):
-  flags = _bench_module('d3rlpy_offline').episode_flags
+  flags = bench_module('d3rlpy_offline').episode_flags
   with pytest.raises(ValueError, match=message):
     flags(np.array(is_last, bool), np.array(is_terminal, bool), 'x.npz')
