@@ -16,7 +16,8 @@ has the map). What more than one of those files needs lives here:
             `_episodes` (a generated dataset read back as arrays).
 
 Test modules import the helpers with `from conftest import ...`, and the
-RLDS episode builders with `import rlds_fixtures as fx`. tests/ has no
+RLDS episode builders with `import rlds_fixtures as fx`; a pipeline left
+running in the background is `pipeline_process.PipelineProcess`. tests/ has no
 __init__.py: pytest's default import mode puts it on sys.path before it
 imports this file; the lines below make that hold under any import mode.
 """

@@ -11,7 +11,6 @@ import os
 import pathlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import reverb
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.replay import variables
+from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
@@ -43,12 +43,6 @@ print('serving', flush=True)
 time.sleep(600)
 """
 START_TIMEOUT_S = 120
-
-
-def _unused_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(('', 0))
-    return s.getsockname()[1]
 
 
 def _wait(condition, timeout_s: float, what: str) -> None:
@@ -82,7 +76,7 @@ def _actor(port: int, run_dir: pathlib.Path, seed: int) -> subprocess.Popen:
 @pytest.fixture(scope='module')
 def scenario(tmp_path_factory):
   run_dir = tmp_path_factory.mktemp('run')
-  port = _unused_port()
+  port = unused_port()
   procs = []
   try:
     server = subprocess.Popen([sys.executable, '-c', SERVER, GYM_ENV,

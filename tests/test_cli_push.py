@@ -9,18 +9,16 @@ HalfCheetah episodes of 20 env steps, so 21 RLDS steps each (63 in all) and
 import json
 import os
 import pathlib
-import queue
 import re
-import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 import pytest
+
+from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
+from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The pipelines run in a scratch directory (pushes into a served table write
@@ -68,60 +66,10 @@ def _error_line(proc: subprocess.CompletedProcess, prog: str = 'push') -> str:
   return errors[0]
 
 
-def _unused_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(('', 0))
-    return s.getsockname()[1]
-
-
-class _Background:
-  """A pipeline left running: stdout lines arrive on a queue as printed."""
-
-  def __init__(self, module: str, *args: str, stderr_path: pathlib.Path):
-    self._stderr_path = stderr_path
-    with open(stderr_path, 'w') as stderr:  # A file: a pipe could fill up.
-      self.proc = subprocess.Popen(
-          [sys.executable, '-m', f'pipelines.{module}', *args], cwd=_cwd(),
-          env=ENV, stdout=subprocess.PIPE, stderr=stderr, text=True)
-    self.lines: List[str] = []
-    self._queue: 'queue.Queue[Optional[str]]' = queue.Queue()
-    threading.Thread(target=self._read, daemon=True).start()
-
-  def _read(self) -> None:
-    for line in self.proc.stdout:
-      self._queue.put(line.rstrip('\n'))
-    self._queue.put(None)
-
-  def wait_for(self, pattern: str, timeout_s: float = 120) -> re.Match:
-    """Returns the match of the first stdout line that matches `pattern`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-      try:
-        line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-      except queue.Empty:
-        self.proc.kill()
-        pytest.fail(f'no line matching {pattern!r} within {timeout_s}s; '
-                    f'stdout so far: {self.lines}; stderr: {self.stderr()}')
-      if line is None:
-        pytest.fail(f'exited {self.proc.wait()} before printing {pattern!r}; '
-                    f'stdout: {self.lines}; stderr: {self.stderr()}')
-      self.lines.append(line)
-      found = re.search(pattern, line)
-      if found:
-        return found
-
-  def interrupt(self) -> int:
-    """Ctrl-C; returns the exit code once the rest of stdout is read."""
-    if self.proc.poll() is None:
-      self.proc.send_signal(signal.SIGINT)
-    # Generous: on a loaded 2-core machine a checkpoint and exit can be slow.
-    code = self.proc.wait(timeout=TIMEOUT_S)
-    while (line := self._queue.get(timeout=10)) is not None:
-      self.lines.append(line)
-    return code
-
-  def stderr(self) -> str:
-    return self._stderr_path.read_text()
+def _background(module: str, *args: str,
+                stderr_path: pathlib.Path) -> PipelineProcess:
+  return PipelineProcess(module, *args, stderr_path=stderr_path, cwd=_cwd(),
+                         env=ENV)
 
 
 @pytest.fixture(scope='module')
@@ -170,12 +118,12 @@ def broken_dataset(tmp_path_factory) -> str:
 @pytest.fixture(scope='module')
 def served(dataset, tmp_path_factory):
   """`pipelines.serve` for `dataset`; yields its address."""
-  server = _Background(
+  server = _background(
       'serve', '--dataset', dataset,
       stderr_path=tmp_path_factory.mktemp('serve') / 'stderr')
   address = server.wait_for(r'^serving table rlds on (localhost:\d+)$')[1]
   yield address
-  assert server.interrupt() == 0, server.stderr()
+  assert server.stop(timeout_s=TIMEOUT_S) == 0, server.stderr()
   assert 'Traceback' not in server.stderr()
 
 
@@ -199,7 +147,7 @@ def test_push_summary(dataset):
 
 def test_episodes_as_items_checkpoint_serve_and_restore(dataset, tmp_path):
   checkpoint_dir = tmp_path / 'ckpt'
-  push = _Background('push', '--dataset', dataset, '--sequence_length', '0',
+  push = _background('push', '--dataset', dataset, '--sequence_length', '0',
                      '--checkpoint_dir', str(checkpoint_dir), '--serve',
                      stderr_path=tmp_path / 'push.stderr')
   address = push.wait_for(
@@ -210,17 +158,17 @@ def test_episodes_as_items_checkpoint_serve_and_restore(dataset, tmp_path):
   assert summary['address'] == address
   assert summary['checkpoint'].startswith(str(checkpoint_dir))
   assert f'push: wrote checkpoint {summary["checkpoint"]}' in push.lines
-  assert push.interrupt() == 0, push.stderr()
+  assert push.stop(timeout_s=TIMEOUT_S) == 0, push.stderr()
   assert 'Traceback' not in push.stderr()
   # --serve checkpoints again on the way out.
   assert push.lines[-1].startswith(f'push: wrote checkpoint {checkpoint_dir}')
 
-  serve = _Background('serve', '--dataset', dataset, '--checkpoint_dir',
+  serve = _background('serve', '--dataset', dataset, '--checkpoint_dir',
                       str(checkpoint_dir), stderr_path=tmp_path / 'serve.err')
   serve.wait_for(r'^serving table rlds on localhost:\d+$')
   assert serve.lines[0] == (
       f"serve: table 'rlds' holds 3 items (restored from {checkpoint_dir})")
-  assert serve.interrupt() == 0, serve.stderr()
+  assert serve.stop(timeout_s=TIMEOUT_S) == 0, serve.stderr()
   assert 'Traceback' not in serve.stderr()
   assert re.match(
       rf'^serve: wrote checkpoint {checkpoint_dir}/\S+ \(3 items\)$',
@@ -272,7 +220,7 @@ def test_unreachable_address(dataset):
   # No wall-clock bound here: interpreter and TensorFlow start-up dominate it
   # on a loaded machine. That the refusal is quick is tested in-process
   # (test_tables); a hang would hit _run's timeout.
-  address = f'localhost:{_unused_port()}'
+  address = f'localhost:{unused_port()}'
   proc = _run('push', '--dataset', dataset, '--reverb_address', address)
   assert _error_line(proc) == (
       f'push: error: cannot reach Reverb server at {address}: connection '
@@ -334,7 +282,7 @@ def test_prioritized_table_for_per(dataset, tmp_path):
   """--sampler prioritized: a PER table, every item at the starting maximum."""
   from rlds_reverb import per  # pylint: disable=g-import-not-at-top
   from rlds_reverb import tables  # pylint: disable=g-import-not-at-top
-  push = _Background('push', '--dataset', dataset, '--sampler', 'prioritized',
+  push = _background('push', '--dataset', dataset, '--sampler', 'prioritized',
                      '--alpha', '0.5', '--serve',
                      stderr_path=tmp_path / 'push.stderr')
   address = push.wait_for(
@@ -346,7 +294,7 @@ def test_prioritized_table_for_per(dataset, tmp_path):
         'rlds', num_samples=20, emit_timesteps=False)}
     assert priorities == {per.INITIAL_MAX_PRIORITY}
   finally:
-    assert push.interrupt() == 0, push.stderr()
+    assert push.stop(timeout_s=TIMEOUT_S) == 0, push.stderr()
   proc = _run('push', '--dataset', dataset, '--reverb_address',
               'localhost:1', '--sampler', 'prioritized')
   assert 'applies to the embedded server only' in _error_line(proc)
@@ -354,7 +302,7 @@ def test_prioritized_table_for_per(dataset, tmp_path):
 
 def test_feed_table_serve_push_and_train_from_memory(dataset, tmp_path):
   """An episode table made and filled from the CLI feeds a learner's memory."""
-  serve = _Background('serve', '--dataset', dataset, '--feed_table',
+  serve = _background('serve', '--dataset', dataset, '--feed_table',
                       stderr_path=tmp_path / 'serve.err')
   address = serve.wait_for(r'^serving table rlds on (localhost:\d+)$')[1]
   try:
@@ -379,7 +327,7 @@ def test_feed_table_serve_push_and_train_from_memory(dataset, tmp_path):
     assert result['transitions'] == EPISODES * EPISODE_STEPS
     assert result['train_steps'] == 20
   finally:
-    assert serve.interrupt() == 0, serve.stderr()
+    assert serve.stop(timeout_s=TIMEOUT_S) == 0, serve.stderr()
 
 
 def test_feed_table_embedded_and_into_a_table_of_items(dataset, served):

@@ -5,20 +5,15 @@ signature; items are written straight from the test with TF-Agents' own
 observer. Each run checks what serve prints, what it keeps across a kill -9
 (periodic checkpoints) and a clean stop (restart on the same port at once,
 with a client still connected), and that its stderr holds no Reverb C++ log
-lines. `Serve` and `tiny_dataset` are used by test_server_faults.py too.
+lines. `start_serve` and `tiny_dataset` are used by test_server_faults.py too.
 """
 
 import os
 import pathlib
-import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
-from typing import List, Optional
 
 import numpy as np
 import pytest
@@ -27,73 +22,21 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from rlds_reverb import tables
+from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
+from pipeline_process import START_TIMEOUT_S  # pylint: disable=g-bad-import-order
+from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The caller's environment, minus what would defeat the quiet default.
 ENV = {k: v for k, v in os.environ.items()
        if k not in ('TF_CPP_MIN_LOG_LEVEL', 'GRPC_VERBOSITY')}
-START_TIMEOUT_S = 120  # A loaded 2-core machine imports TensorFlow slowly.
 SERVING = r'^serving table rlds on (localhost:(\d+))$'
 
 
-class Serve:
-  """`pipelines.serve` left running; stdout lines arrive as printed."""
-
-  def __init__(self, *args: str, stderr_path: pathlib.Path):
-    self._stderr_path = stderr_path
-    with open(stderr_path, 'w') as stderr:  # A file: a pipe could fill up.
-      self.proc = subprocess.Popen(
-          [sys.executable, '-m', 'pipelines.serve', *args], cwd=REPO,
-          env=ENV, stdout=subprocess.PIPE, stderr=stderr, text=True)
-    self.lines: List[str] = []
-    self._queue: 'queue.Queue[Optional[str]]' = queue.Queue()
-    threading.Thread(target=self._read, daemon=True).start()
-
-  def _read(self) -> None:
-    for line in self.proc.stdout:
-      self._queue.put(line.rstrip('\n'))
-    self._queue.put(None)
-
-  def wait_for(self, pattern: str, timeout_s: float = START_TIMEOUT_S
-               ) -> re.Match:
-    """The match of the next stdout line that matches `pattern`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-      try:
-        line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-      except queue.Empty:
-        pytest.fail(f'no line matching {pattern!r} within {timeout_s}s; '
-                    f'stdout: {self.lines}; stderr: {self.stderr()}')
-      if line is None:
-        pytest.fail(f'serve exited {self.proc.wait()} before {pattern!r}; '
-                    f'stdout: {self.lines}; stderr: {self.stderr()}')
-      self.lines.append(line)
-      found = re.search(pattern, line)
-      if found:
-        return found
-
-  def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> int:
-    """Sends `sig`; returns the exit code once all of stdout is read."""
-    if self.proc.poll() is None:
-      self.proc.send_signal(sig)
-    code = self.proc.wait(timeout=timeout_s)
-    while (line := self._queue.get(timeout=10)) is not None:
-      self.lines.append(line)
-    return code
-
-  def kill(self) -> None:
-    if self.proc.poll() is None:
-      self.proc.kill()
-    self.proc.wait(timeout=30)
-
-  def stderr(self) -> str:
-    return self._stderr_path.read_text()
-
-
-def unused_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(('', 0))
-    return s.getsockname()[1]
+def start_serve(*args: str, stderr_path: pathlib.Path) -> PipelineProcess:
+  """`pipelines.serve` with `args`, left running."""
+  return PipelineProcess('serve', *args, stderr_path=stderr_path, cwd=REPO,
+                         env=ENV)
 
 
 @pytest.fixture(scope='module')
@@ -151,7 +94,7 @@ def test_periodic_checkpoints_survive_kill_and_restart_on_same_port(
     tiny_dataset, tmp_path):
   checkpoint_dir = tmp_path / 'ckpt'
   port = unused_port()
-  serve = Serve('--dataset', tiny_dataset, '--port', str(port),
+  serve = start_serve('--dataset', tiny_dataset, '--port', str(port),
                 '--checkpoint_dir', str(checkpoint_dir),
                 '--checkpoint_interval', '1', '--max_size', '1000',
                 stderr_path=tmp_path / 'first.err')
@@ -178,7 +121,7 @@ def test_periodic_checkpoints_survive_kill_and_restart_on_same_port(
 
   # At once, on the same port (its connections are in TIME_WAIT) and with
   # other settings, which the restored table does not take.
-  serve = Serve('--dataset', tiny_dataset, '--port', str(port),
+  serve = start_serve('--dataset', tiny_dataset, '--port', str(port),
                 '--checkpoint_dir', str(checkpoint_dir), '--max_size', '50',
                 '--sampler', 'fifo', stderr_path=tmp_path / 'second.err')
   try:
@@ -210,7 +153,7 @@ def test_periodic_checkpoints_survive_kill_and_restart_on_same_port(
 
   # ... and a restart on the same port at once; --verbosity brings the logs
   # back.
-  serve = Serve('--dataset', tiny_dataset, '--port', str(port),
+  serve = start_serve('--dataset', tiny_dataset, '--port', str(port),
                 '--verbosity', '0', stderr_path=tmp_path / 'third.err')
   try:
     assert serve.wait_for(SERVING)[1] == address

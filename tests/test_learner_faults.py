@@ -10,7 +10,6 @@ server ends the learner within a bound, or with --reconnect is waited for
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from rlds_reverb import recording
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import run
 from conftest import _dqn  # pylint: disable=g-bad-import-order
+from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
@@ -122,12 +122,6 @@ def test_training_failure_is_one_short_line(tmp_path):
 # A learner on a remote table whose server is killed (loopback only).
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
-
-
 class _Lines:
   """A subprocess's stderr (or stdout), line by line, read by a thread."""
 
@@ -178,7 +172,7 @@ def test_killed_server_ends_a_streaming_learner_or_is_waited_for(tmp_path):
   data = str(tmp_path / 'hc')
   recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=1,
                              max_episode_steps=30, show_progress=False)
-  port, checkpoints = _free_port(), str(tmp_path / 'ckpt')
+  port, checkpoints = unused_port(), str(tmp_path / 'ckpt')
   address = f'localhost:{port}'
   server = _serve(data, port, checkpoints)
   learners = []

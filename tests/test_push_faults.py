@@ -13,7 +13,6 @@ import os
 import pathlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import List, Optional
 
 import numpy as np
 import pytest
+
+from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
@@ -64,12 +65,6 @@ def dataset(tmp_path_factory) -> str:
   return _write_dataset(tmp_path_factory.mktemp('faults') / 'data')
 
 
-def _unused_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
-
-
 class _Process:
   """A pipeline in the background, its output in files (no pipe to fill)."""
 
@@ -105,7 +100,7 @@ class _Process:
 
 
 def _serve(tmp, name, dataset, checkpoint_dir, *args) -> tuple:
-  port = _unused_port()
+  port = unused_port()
   server = _Process(tmp, name, 'serve', '--dataset', dataset, '--port',
                     str(port), '--checkpoint_dir', str(checkpoint_dir), *args)
   server.wait_for(r'^serving table rlds on localhost:\d+$')

@@ -20,7 +20,7 @@ import tree
 
 from rlds_reverb import tables
 from test_cli_serve import SERVING
-from test_cli_serve import Serve
+from test_cli_serve import start_serve
 from test_cli_serve import tiny_dataset  # pylint: disable=unused-import
 from test_cli_serve import write_episode
 
@@ -32,7 +32,7 @@ BOUND_S = 15.0
 @pytest.fixture(scope='module')
 def killed(tiny_dataset, tmp_path_factory):  # pylint: disable=redefined-outer-name
   """(address, client, writer) of a served table, once its server is dead."""
-  serve = Serve('--dataset', tiny_dataset,
+  serve = start_serve('--dataset', tiny_dataset,
                 stderr_path=tmp_path_factory.mktemp('serve') / 'stderr')
   try:
     address = serve.wait_for(SERVING)[1]

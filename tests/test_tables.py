@@ -22,6 +22,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from rlds_reverb import tables
+from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 _OBS_DIM = 3
 _ACTION_DIM = 2
@@ -86,12 +87,6 @@ def _tempdir(test: absltest.TestCase) -> str:
   path = tempfile.mkdtemp()
   test.addCleanup(shutil.rmtree, path, ignore_errors=True)
   return path
-
-
-def _unused_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(('', 0))
-    return s.getsockname()[1]
 
 
 class MakeTableTest(parameterized.TestCase):
@@ -387,7 +382,7 @@ class StartServerAndConnectTest(parameterized.TestCase):
       server.stop()
 
   def test_start_on_given_port(self):
-    port = _unused_port()
+    port = unused_port()
     server = tables.start_server(
         [tables.make_table('t', _data_spec(), max_size=10)], port=port)
     try:
@@ -397,7 +392,7 @@ class StartServerAndConnectTest(parameterized.TestCase):
       server.stop()
 
   def test_connect_to_unused_port_fails_fast(self):
-    address = f'localhost:{_unused_port()}'
+    address = f'localhost:{unused_port()}'
     start = time.monotonic()
     with self.assertRaisesRegex(
         ConnectionError,
