@@ -1,9 +1,10 @@
 """A `python -m pipelines.<name>` left running, as the CLI tests drive it.
 
 The tests of push, serve and the server faults start a pipeline, wait for
-the lines it prints, then stop or kill it; they share this class and
-`unused_port` (import with `from pipeline_process import ...`; conftest puts
-tests/ on sys.path).
+the lines it prints, then stop or kill it; they share this class,
+`unused_port`, and `error_line`, the check of a failed run's stderr
+(import with `from pipeline_process import ...`; conftest puts tests/ on
+sys.path).
 """
 
 import os
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, Union
 
 import pytest
 
@@ -29,6 +30,22 @@ def unused_port() -> int:
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
     s.bind(('localhost', 0))
     return s.getsockname()[1]
+
+
+def error_line(run: Union[subprocess.CompletedProcess, str], prog: str) -> str:
+  """The one `<prog>: error: ` line of a failed run (a finished process or
+  its stderr), checked as the CLI rule asks: no traceback, and the error
+  line comes last, so a user sees it at the bottom of the terminal."""
+  if isinstance(run, subprocess.CompletedProcess):
+    assert run.returncode != 0, run.stdout + run.stderr
+    run = run.stderr
+  tail = run[-3000:]
+  assert 'Traceback' not in run, tail
+  errors = [line for line in run.splitlines()
+            if line.startswith(f'{prog}: error: ')]
+  assert len(errors) == 1, tail
+  assert run.rstrip('\n').splitlines()[-1] == errors[0], tail
+  return errors[0]
 
 
 class PipelineProcess:

@@ -17,6 +17,7 @@ from typing import List
 import numpy as np
 import pytest
 
+from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
@@ -53,17 +54,6 @@ def _summary(stdout: str) -> dict:
   lines = [line for line in stdout.splitlines() if line.startswith('{')]
   assert len(lines) == 1, stdout
   return json.loads(lines[0])
-
-
-def _error_line(proc: subprocess.CompletedProcess, prog: str = 'push') -> str:
-  """Checks a failed run: exit code, no traceback, one error line, last."""
-  assert proc.returncode != 0, proc.stdout + proc.stderr
-  assert 'Traceback' not in proc.stderr, proc.stderr
-  errors = [line for line in proc.stderr.splitlines()
-            if line.startswith(f'{prog}: error: ')]
-  assert len(errors) == 1, proc.stderr
-  assert proc.stderr.rstrip('\n').splitlines()[-1] == errors[0], proc.stderr
-  return errors[0]
 
 
 def _background(module: str, *args: str,
@@ -189,14 +179,14 @@ def test_push_into_served_table(dataset, served):
 def test_missing_table(dataset, served):
   proc = _run('push', '--dataset', dataset, '--reverb_address', served,
               '--table', 'nope')
-  assert _error_line(proc) == (
+  assert error_line(proc, 'push') == (
       f"push: error: no table 'nope' on the Reverb server at {served}; its "
       "tables: 'rlds'")
 
 
 def test_signature_mismatch(broken_dataset, served):
   proc = _run('push', '--dataset', broken_dataset, '--reverb_address', served)
-  assert _error_line(proc) == (
+  assert error_line(proc, 'push') == (
       'push: error: Replay buffer table signature spec should match RLDS data '
       "spec. Table 'rlds' vs data: observation: table float32[None,17] vs "
       'data float32[None,3]; action: table float32[None,6] vs data '
@@ -205,7 +195,7 @@ def test_signature_mismatch(broken_dataset, served):
 
 def test_invalid_episode(broken_dataset):
   proc = _run('push', '--dataset', broken_dataset)
-  error = _error_line(proc)
+  error = error_line(proc, 'push')
   assert error.startswith(
       'push: error: Mid step should not be followed by a first step.')
   assert 'episode 1' in error and 'step 4' in error, error
@@ -222,7 +212,7 @@ def test_unreachable_address(dataset):
   # (test_tables); a hang would hit _run's timeout.
   address = f'localhost:{unused_port()}'
   proc = _run('push', '--dataset', dataset, '--reverb_address', address)
-  assert _error_line(proc) == (
+  assert error_line(proc, 'push') == (
       f'push: error: cannot reach Reverb server at {address}: connection '
       'refused (is a server running there?)')
 
@@ -234,20 +224,20 @@ def test_unreachable_address(dataset):
 ])
 def test_unknown_dataset(dataset_arg, expected):
   proc = _run('push', '--dataset', dataset_arg)
-  assert _error_line(proc).startswith(expected)
+  assert error_line(proc, 'push').startswith(expected)
 
 
 def test_dataset_not_available_offline(tmp_path):
   proc = _run('push', '--dataset', 'd4rl_mujoco_halfcheetah/v2-medium',
               '--data_dir', str(tmp_path), '--nodownload')
-  assert _error_line(proc).startswith(
+  assert error_line(proc, 'push').startswith(
       "push: error: TFDS dataset 'd4rl_mujoco_halfcheetah/v2-medium' is not "
       f'prepared in {tmp_path}')
 
 
 def test_bad_flag_value(dataset):
   proc = _run('push', '--dataset', dataset, '--sequence_length', '-1')
-  assert _error_line(proc) == (
+  assert error_line(proc, 'push') == (
       'push: error: flag --sequence_length=-1: must be a positive integer, or '
       '0 or none for whole episodes')
 
@@ -297,7 +287,7 @@ def test_prioritized_table_for_per(dataset, tmp_path):
     assert push.stop(timeout_s=TIMEOUT_S) == 0, push.stderr()
   proc = _run('push', '--dataset', dataset, '--reverb_address',
               'localhost:1', '--sampler', 'prioritized')
-  assert 'applies to the embedded server only' in _error_line(proc)
+  assert 'applies to the embedded server only' in error_line(proc, 'push')
 
 
 def test_feed_table_serve_push_and_train_from_memory(dataset, tmp_path):
@@ -307,8 +297,9 @@ def test_feed_table_serve_push_and_train_from_memory(dataset, tmp_path):
   address = serve.wait_for(r'^serving table rlds on (localhost:\d+)$')[1]
   try:
     # Two-step items do not go into an episode table.
-    assert 'is an episode table' in _error_line(
-        _run('push', '--dataset', dataset, '--reverb_address', address))
+    assert 'is an episode table' in error_line(
+        _run('push', '--dataset', dataset, '--reverb_address', address),
+        'push')
     proc = _run('push', '--dataset', dataset, '--reverb_address', address,
                 '--feed_table')
     assert proc.returncode == 0, proc.stderr
@@ -337,7 +328,7 @@ def test_feed_table_embedded_and_into_a_table_of_items(dataset, served):
   assert (summary['items'], summary['table_size']) == (3, 3)
   proc = _run('push', '--dataset', dataset, '--reverb_address', served,
               '--feed_table')
-  assert _error_line(proc) == (
+  assert error_line(proc, 'push') == (
       "push: error: table 'rlds' samples uniform: it is not an episode "
       'table, which takes whole episodes for the in-memory feed (make one '
       'with pipelines.serve --feed_table or replay.episode_table.make_table)')
@@ -352,7 +343,7 @@ def test_feed_table_embedded_and_into_a_table_of_items(dataset, served):
 def test_feed_table_refuses_item_flags(dataset, module, flag):
   proc = _run(module, '--dataset', dataset, '--feed_table', *flag)
   assert proc.returncode == 2
-  assert _error_line(proc, module) == (
+  assert error_line(proc, module) == (
       f'{module}: error: {flag[0]} does not apply to --feed_table (its table '
       'holds whole episodes, sampled by a min-heap' +
       (', written unread)' if module == 'push' else ')'))

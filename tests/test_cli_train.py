@@ -17,6 +17,7 @@ import pytest
 
 from rlds_reverb import behaviour_policies
 from rlds_reverb import recording
+from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
@@ -43,14 +44,6 @@ def _tensorboard_tags(root: str) -> set[str]:
           for event in tf.compat.v1.train.summary_iterator(
               os.path.join(board, name))
           for value in event.summary.value}
-
-
-def _error_line(proc: subprocess.CompletedProcess) -> str:
-  assert proc.returncode != 0, proc.stdout
-  assert 'Traceback' not in proc.stderr, proc.stderr
-  errors = [l for l in proc.stderr.splitlines() if l.startswith('train: error')]
-  assert len(errors) == 1, proc.stderr
-  return errors[0]
 
 
 @pytest.fixture(scope='module')
@@ -93,7 +86,7 @@ def test_offline_td3_bc_run_resume_and_files(dataset, tmp_path):
   before = {name: os.path.getmtime(os.path.join(root, name))
             for name in os.listdir(root)}
   other = ['bc' if arg == 'td3_bc' else arg for arg in common]
-  line = _error_line(_train(*other, '--seed', '1', '--steps', '400'))
+  line = error_line(_train(*other, '--seed', '1', '--steps', '400'), 'train')
   assert "agent 'bc' (recorded 'td3_bc')" in line, line
   assert 'seed 1 (recorded 0)' in line and 'another root_dir' in line, line
   assert {name: os.path.getmtime(os.path.join(root, name))
@@ -176,8 +169,8 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
   # Moved without its replay, it is refused rather than run on empty.
   moved = str(tmp_path / 'moved')
   shutil.copytree(root, moved, ignore=shutil.ignore_patterns('reverb'))
-  line = _error_line(_train(*[moved if arg == root else arg for arg in common],
-                            '--steps', '2048'))
+  line = error_line(_train(*[moved if arg == root else arg for arg in common],
+                           '--steps', '2048'), 'train')
   assert ('1536 env steps into training, but its episodes were not '
           f'restored from {moved}/reverb') in line, line
   tags = _tensorboard_tags(root)
@@ -218,16 +211,16 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
 ])
 def test_bad_input_gives_one_error_line(args, message, tmp_path):
   root = tmp_path / 'r'
-  line = _error_line(_train(*args, '--root_dir', str(root)))
+  line = error_line(_train(*args, '--root_dir', str(root)), 'train')
   assert message in line, line
   # A run refused on its input leaves no run directory behind.
   assert not root.exists(), sorted(os.listdir(root))
 
 
 def test_dataset_for_another_env_is_refused(dataset, tmp_path):
-  line = _error_line(_train('--agent', 'bc', '--dataset', dataset,
+  line = error_line(_train('--agent', 'bc', '--dataset', dataset,
                             '--env', 'Hopper-v5', '--root_dir',
-                            str(tmp_path / 'r')))
+                            str(tmp_path / 'r')), 'train')
   assert "'observation' has shape [17] but env Hopper-v5 needs [11]" in line
 
 
@@ -277,14 +270,14 @@ def test_her_offline_from_generated_goal_data(tmp_path):
     (['--agent', 'td3', '--her', 'nearest'], 'flag --her=nearest'),
 ])
 def test_her_bad_input_gives_one_error_line(args, message, tmp_path):
-  line = _error_line(_train(*args, '--root_dir', str(tmp_path / 'r')))
+  line = error_line(_train(*args, '--root_dir', str(tmp_path / 'r')), 'train')
   assert message in line, line
 
 
 def test_her_offline_refuses_flat_data(dataset, tmp_path):
-  line = _error_line(_train('--agent', 'td3', '--env', 'FetchReach-v4',
+  line = error_line(_train('--agent', 'td3', '--env', 'FetchReach-v4',
                             '--dataset', dataset, '--her', 'future',
-                            '--root_dir', str(tmp_path / 'r')))
+                            '--root_dir', str(tmp_path / 'r')), 'train')
   assert 'needs goal-conditioned data with dict observations' in line, line
 
 
@@ -335,7 +328,7 @@ def test_bad_gin_is_a_usage_error(args, message, tmp_path):
   proc = _train('--agent', 'bc', '--dataset', 'x', '--root_dir',
                 str(tmp_path / 'r'), *args)
   assert proc.returncode == 2
-  assert _error_line(proc).startswith(message)
+  assert error_line(proc, 'train').startswith(message)
 
 
 def test_ppo_cartpole_run_resume_and_files(tmp_path):
@@ -358,7 +351,8 @@ def test_ppo_cartpole_run_resume_and_files(tmp_path):
   assert {'train/approx_kl', 'train/clip_fraction', 'train/value_loss',
           'collect/return', 'eval/average_return'} <= tags
   # Another setting in the same root_dir is refused, naming it.
-  line = _error_line(_train(*common, '--steps', '2048', '--epochs', '3'))
+  line = error_line(
+      _train(*common, '--steps', '2048', '--epochs', '3'), 'train')
   assert 'ppo_config.epochs 3 (recorded 20)' in line, line
 
 
@@ -441,6 +435,6 @@ def test_ppo_gail_short_run_from_recorded_demonstrations(tmp_path):
 ])
 def test_onpolicy_bad_input_gives_one_error_line(args, message, tmp_path):
   root = tmp_path / 'r'
-  line = _error_line(_train(*args, '--root_dir', str(root)))
+  line = error_line(_train(*args, '--root_dir', str(root)), 'train')
   assert message in line, line
   assert not root.exists(), sorted(os.listdir(root))

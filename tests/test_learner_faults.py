@@ -22,6 +22,7 @@ from rlds_reverb import recording
 from rlds_reverb.learners import loop
 from rlds_reverb.learners import run
 from conftest import _dqn  # pylint: disable=g-bad-import-order
+from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -32,14 +33,6 @@ def _train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
   return subprocess.run(
       [sys.executable, '-m', 'pipelines.train', *args], cwd=REPO, env=ENV,
       capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def _error_line(proc: subprocess.CompletedProcess) -> str:
-  assert proc.returncode != 0, proc.stdout
-  assert 'Traceback' not in proc.stderr, proc.stderr
-  errors = [l for l in proc.stderr.splitlines() if l.startswith('train: error')]
-  assert len(errors) == 1, proc.stderr
-  return errors[0]
 
 
 @tf.function(input_signature=[tf.TensorSpec(None), tf.TensorSpec((), tf.int32)])
@@ -108,11 +101,11 @@ def test_training_failure_is_one_short_line(tmp_path):
   recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=1,
                              max_episode_steps=30, show_progress=False)
   # Learning rates that blow the networks up in a step or two.
-  line = _error_line(_train(
+  line = error_line(_train(
       '--agent', 'td3_bc', '--dataset', data, '--root_dir',
       str(tmp_path / 'run'), '--steps', '50', '--batch_size', '16',
       '--eval_episodes', '1', '--critic_learning_rate', '1e30',
-      '--actor_learning_rate', '1e30'))
+      '--actor_learning_rate', '1e30'), 'train')
   assert line.startswith('train: error: offline training stopped at '
                          'gradient step '), line
   assert 'inf or nan' in line or 'loss became' in line, line

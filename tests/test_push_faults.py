@@ -21,6 +21,7 @@ from typing import List, Optional
 import numpy as np
 import pytest
 
+from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -129,15 +130,6 @@ def _summary(stdout: str) -> dict:
   return json.loads(lines[0])
 
 
-def _error_line(stderr: str) -> str:
-  errors = [line for line in stderr.splitlines()
-            if line.startswith('push: error: ')]
-  assert len(errors) == 1, stderr[-3000:]
-  assert stderr.rstrip('\n').splitlines()[-1] == errors[0]
-  assert 'Traceback' not in stderr, stderr[-3000:]
-  return errors[0]
-
-
 def test_interrupt_kill_and_resume_leave_every_item_once(dataset, tmp_path):
   state = tmp_path / 'state.json'
   processes: List[_Process] = []
@@ -158,14 +150,14 @@ def test_interrupt_kill_and_resume_leave_every_item_once(dataset, tmp_path):
     assert interrupted['confirmed_episodes'] >= 3
     assert re.match(r'^push: error: interrupted after \d+ episodes, \d+ items '
                     r'written \(episodes 0-\d+ confirmed: --resume pushes the '
-                    r'rest\)$', _error_line(pushing.stderr()))
+                    r'rest\)$', error_line(pushing.stderr(), 'push'))
 
     # A push that does not resume would duplicate: refused.
     pushing = _Process(tmp_path, 'push2', 'push', *push_args,
                        '--reverb_address', address)
     processes.append(pushing)
     assert pushing.proc.wait(timeout=TIMEOUT_S) == 1
-    assert 'records an unfinished push' in _error_line(pushing.stderr())
+    assert 'records an unfinished push' in error_line(pushing.stderr(), 'push')
 
     # Resume, then kill -9 the server mid-push: one line within seconds.
     pushing = _Process(tmp_path, 'push3', 'push', *push_args,
@@ -176,7 +168,7 @@ def test_interrupt_kill_and_resume_leave_every_item_once(dataset, tmp_path):
     killed = time.monotonic()
     assert pushing.proc.wait(timeout=60) == 1, pushing.stderr()[-2000:]
     assert time.monotonic() - killed < 30
-    error = _error_line(pushing.stderr())
+    error = error_line(pushing.stderr(), 'push')
     assert re.match(
         rf'^push: error: .*Reverb server at {address}.*: \d+ items of '
         r'episodes \d+-\d+ confirmed, (\d+ items of .* in flight|nothing in '
@@ -220,7 +212,7 @@ def test_eviction_is_refused_unless_allowed(dataset, tmp_path):
       r"^push: error: table 'rlds' at localhost:\d+ holds at most 100 more "
       r'items; this push would evict: 95 items written so far \(episodes '
       r'0-4\), episode 5 makes 19 more; pass --allow_eviction or a bigger '
-      r'--max_size$', _error_line(refused.stderr))
+      r'--max_size$', error_line(refused.stderr, 'push'))
   assert _summary(refused.stdout)['table_size'] == 95
   allowed = _push(tmp_path, *args, '--allow_eviction')
   assert allowed.returncode == 0, allowed.stderr[-2000:]
@@ -234,7 +226,7 @@ def test_bad_values_are_refused_unless_allowed(tmp_path):
   data = _write_dataset(tmp_path / 'bad', episodes=4,
                         bad=(2, 3, 'discount', 7.0))
   refused = _push(tmp_path, '--dataset', data)
-  assert _error_line(refused.stderr) == (
+  assert error_line(refused.stderr, 'push') == (
       'push: error: episode 2, step 3: discount is 7.0, not in [0, 1]; 38 '
       "items were already written to table 'rlds', none from this episode")
   assert refused.returncode == 1

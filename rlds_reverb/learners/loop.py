@@ -85,7 +85,11 @@ class Learner:
     """
     latest = self.manager.latest_checkpoint
     if latest is not None:
-      self.checkpoint.restore(latest)
+      # The optimizers' variables are made at the first train step and get
+      # their values then (deferred restore). A run that stops before it,
+      # such as a resume refused for a missing replay, would otherwise end
+      # with pages of TensorFlow warnings below its error line.
+      self.checkpoint.restore(latest).expect_partial()
     self.trim_eval_log()
     return latest is not None
 
