@@ -7,10 +7,15 @@ entry per RLDS step field (nested dicts allowed, e.g. a dict observation or an
 
 Values are random (seeded), so a step paired with the wrong neighbour, a
 field taken from the wrong step or a lost step shows up as a value mismatch.
+
+`write_tfds` writes small episodes to disk instead, in the TFDS format the
+pipelines read (`counting_steps` makes their steps), for the tests that run
+a pipeline on a dataset directory.
 """
 
 import copy
-from typing import Any, Dict, List, Optional, Sequence
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import rlds
@@ -194,6 +199,43 @@ def episodes_with_lengths(lengths: Sequence[int],
     terminal = [True] * len(lengths)
   return [episode(n, terminal=term, seed=seed + i, **kwargs)
           for i, (n, term) in enumerate(zip(lengths, terminal))]
+
+
+def counting_steps(length: int, first: float = 0.0, ends: bool = True
+                   ) -> List[Dict[str, Any]]:
+  """The steps of one episode for `write_tfds`: observation t is
+  `first + t` in each of its OBS_DIM entries, so a test can tell which step
+  of which episode landed where. It is truncated (no terminal step), and
+  with `ends=False` its last step is not marked last (invalid RLDS)."""
+  return [dict(observation=np.full(OBS_DIM, first + t, np.float32),
+               action=np.zeros(ACTION_DIM, np.float32),
+               reward=np.float32(1.0), discount=np.float32(1.0),
+               is_first=t == 0, is_last=ends and t == length - 1,
+               is_terminal=False)
+          for t in range(length)]
+
+
+def write_tfds(out: os.PathLike, episodes: Iterable[List[Dict[str, Any]]],
+               name: str = 'tiny_rlds') -> str:
+  """Writes `episodes` (lists of steps, as `counting_steps` makes them) as
+  an RLDS dataset directory in TFDS format, the way a recorded dataset lies
+  on disk; returns its path."""
+  # pylint: disable=g-import-not-at-top (TFDS' builders are slow to import)
+  import tensorflow_datasets as tfds
+  from rlds.tfds import episode_writer
+  # pylint: enable=g-import-not-at-top
+  os.makedirs(out, exist_ok=True)
+  config = tfds.rlds.rlds_base.DatasetConfig(
+      name=name,
+      observation_info=tfds.features.Tensor(shape=(OBS_DIM,),
+                                            dtype=np.float32),
+      action_info=tfds.features.Tensor(shape=(ACTION_DIM,), dtype=np.float32),
+      reward_info=np.float32, discount_info=np.float32)
+  writer = episode_writer.EpisodeWriter(str(out), config)
+  for steps in episodes:
+    writer.add_episode({'steps': steps})
+  writer.close()
+  return str(out)
 
 
 class SwappableRLDS:

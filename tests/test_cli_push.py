@@ -17,6 +17,7 @@ from typing import List
 import numpy as np
 import pytest
 
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
@@ -79,30 +80,11 @@ def broken_dataset(tmp_path_factory) -> str:
   Its observations are (3,), not HalfCheetah's (17,), so it also serves as
   data that does not fit the table made for `dataset`.
   """
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top
-
-  out = tmp_path_factory.mktemp('broken')
-  config = tfds.rlds.rlds_base.DatasetConfig(
-      name='broken_rlds',
-      observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
-      action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
-      reward_info=np.float32, discount_info=np.float32)
-  writer = episode_writer.EpisodeWriter(str(out), config)
-
-  def episode(num_steps: int, ends: bool) -> dict:
-    return {'steps': [
-        dict(observation=np.full(3, t, np.float32),
-             action=np.zeros(2, np.float32), reward=np.float32(1.0),
-             discount=np.float32(1.0), is_first=t == 0,
-             is_last=ends and t == num_steps - 1, is_terminal=False)
-        for t in range(num_steps)]}
-
-  writer.add_episode(episode(4, ends=True))
-  writer.add_episode(episode(5, ends=False))  # Step 4 (mid) -> next first.
-  writer.add_episode(episode(3, ends=True))
-  writer.close()
-  return str(out)
+  return fx.write_tfds(
+      tmp_path_factory.mktemp('broken'),
+      [fx.counting_steps(4), fx.counting_steps(5, ends=False),  # Step 4
+       fx.counting_steps(3)],  # (mid) is followed by a first step.
+      name='broken_rlds')
 
 
 @pytest.fixture(scope='module')

@@ -22,6 +22,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from rlds_reverb import tables
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
 from pipeline_process import START_TIMEOUT_S  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
@@ -42,24 +43,8 @@ def start_serve(*args: str, stderr_path: pathlib.Path) -> PipelineProcess:
 @pytest.fixture(scope='module')
 def tiny_dataset(tmp_path_factory) -> str:
   """Two episodes (4 and 3 steps) in TFDS format: only the spec matters."""
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top
-
-  out = tmp_path_factory.mktemp('tiny')
-  config = tfds.rlds.rlds_base.DatasetConfig(
-      name='tiny_rlds',
-      observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
-      action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
-      reward_info=np.float32, discount_info=np.float32)
-  writer = episode_writer.EpisodeWriter(str(out), config)
-  for n in (4, 3):
-    writer.add_episode({'steps': [
-        dict(observation=np.full(3, t, np.float32),
-             action=np.zeros(2, np.float32), reward=np.float32(1.0),
-             discount=np.float32(1.0), is_first=t == 0, is_last=t == n - 1,
-             is_terminal=False) for t in range(n)]})
-  writer.close()
-  return str(out)
+  return fx.write_tfds(tmp_path_factory.mktemp('tiny'),
+                       [fx.counting_steps(n) for n in (4, 3)])
 
 
 def write_episode(client, num_steps: int, table: str = 'rlds') -> int:

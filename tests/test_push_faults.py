@@ -21,6 +21,7 @@ from typing import List, Optional
 import numpy as np
 import pytest
 
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
@@ -37,28 +38,12 @@ def _write_dataset(out: pathlib.Path, episodes: int = EPISODES,
                    bad: Optional[tuple] = None) -> str:
   """A TFDS directory of `episodes` truncated episodes; `bad` = (episode,
   step, field, value) plants one value."""
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top
-  out.mkdir(parents=True)
-  config = tfds.rlds.rlds_base.DatasetConfig(
-      name='faults',
-      observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
-      action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
-      reward_info=np.float32, discount_info=np.float32)
-  writer = episode_writer.EpisodeWriter(str(out), config)
-  for e in range(episodes):
-    steps = [dict(observation=np.full(3, e * 1000 + t, np.float32),
-                  action=np.zeros(2, np.float32), reward=np.float32(1.0),
-                  discount=np.float32(1.0), is_first=t == 0,
-                  is_last=t == STEPS - 1, is_terminal=False)
-             for t in range(STEPS)]
-    if bad is not None and bad[0] == e:
-      _, t, field, value = bad
-      steps[t][field] = (np.full_like(steps[t][field], value)
+  data = [fx.counting_steps(STEPS, e * 1000) for e in range(episodes)]
+  if bad is not None:
+    e, t, field, value = bad
+    data[e][t][field] = (np.full_like(data[e][t][field], value)
                          if field == 'observation' else np.float32(value))
-    writer.add_episode({'steps': steps})
-  writer.close()
-  return str(out)
+  return fx.write_tfds(out, data, name='faults')
 
 
 @pytest.fixture(scope='module')

@@ -18,6 +18,7 @@ import pytest
 
 from rlds_reverb import push
 from rlds_reverb import shards
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from test_push_faults import _Process, _push, _serve, _summary, _wait_for_points
 
 EPISODES = 24
@@ -28,24 +29,8 @@ def _length(e: int) -> int:
 
 
 def _write_dataset(out: pathlib.Path, episodes: int) -> str:
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top
-  out.mkdir(parents=True)
-  config = tfds.rlds.rlds_base.DatasetConfig(
-      name='shards',
-      observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
-      action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
-      reward_info=np.float32, discount_info=np.float32)
-  writer = episode_writer.EpisodeWriter(str(out), config)
-  for e in range(episodes):
-    n = _length(e)
-    writer.add_episode({'steps': [
-        dict(observation=np.full(3, e * 1000 + t, np.float32),
-             action=np.zeros(2, np.float32), reward=np.float32(1.0),
-             discount=np.float32(1.0), is_first=t == 0, is_last=t == n - 1,
-             is_terminal=False) for t in range(n)]})
-  writer.close()
-  return str(out)
+  return fx.write_tfds(out, [fx.counting_steps(_length(e), e * 1000)
+                             for e in range(episodes)], name='shards')
 
 
 @pytest.fixture(scope='module')
