@@ -7,6 +7,11 @@ side by side, e.g. prioritized against uniform replay:
       --run_dirs runs/dqn_per_cartpole_v1_seed0,runs/dqn_cartpole_v1_seed0 \
       --labels prioritized,uniform --hline 475
 
+An entry of --run_dirs may also be an eval log kept on its own (a *.jsonl
+file, as docs/ keep those of finished runs), and --max_x cuts every run at
+one budget, so a run still under way is compared with finished ones at the
+same step.
+
 Bad input ends with one line on stderr (`plot: error: ...`), exit code 1 (2
 for bad flags).
 """
@@ -27,7 +32,8 @@ _PROG = 'plot'
 
 _RUN_DIRS = flags.DEFINE_list(
     'run_dirs', None, 'Comma-separated run directories of pipelines.train '
-    '(each with an eval.jsonl). Required.')
+    '(each with an eval.jsonl), or eval logs themselves (files ending in '
+    '.jsonl). Required.')
 _LABELS = flags.DEFINE_list(
     'labels', None, 'Legend names, one per run dir (default: the dir names).')
 _OUT = flags.DEFINE_string('out', None, 'PNG file to write. Required.')
@@ -40,6 +46,9 @@ _Y = flags.DEFINE_string(
 _TITLE = flags.DEFINE_string('title', '', 'Figure title.')
 _HLINE = flags.DEFINE_float(
     'hline', None, 'Draw a dashed reference line at this y (e.g. a target).')
+_MAX_X = flags.DEFINE_integer(
+    'max_x', None, 'Draw only the evaluations at or before this --x value '
+    '(compares runs at one budget); default: all.')
 
 
 def main(argv: list[str]) -> None:
@@ -48,21 +57,35 @@ def main(argv: list[str]) -> None:
              code=2)
   if not _RUN_DIRS.value or not _OUT.value:
     cli.fail(_PROG, ValueError('--run_dirs and --out are required'), code=2)
-  labels = _LABELS.value or [os.path.basename(d.rstrip('/'))
-                             for d in _RUN_DIRS.value]
+  labels = _LABELS.value or [
+      os.path.basename(d.rstrip('/')).removesuffix('.jsonl')
+      for d in _RUN_DIRS.value]
   if len(labels) != len(_RUN_DIRS.value):
     cli.fail(_PROG, ValueError(
         f'--labels has {len(labels)} names for {len(_RUN_DIRS.value)} '
         '--run_dirs'), code=2)
-  runs = {}
+  runs, cuts = {}, []
   for label, run_dir in zip(labels, _RUN_DIRS.value):
-    records = loop.Learner.read_eval_log(run_dir)
-    if not records:
-      cli.fail(_PROG, ValueError(f'{run_dir} has no {loop.EVAL_LOG} (not a '
-                                 'pipelines.train run dir, or no eval yet)'))
+    if run_dir.endswith('.jsonl'):
+      records = loop.read_eval_file(run_dir)
+      if not records:
+        cli.fail(_PROG, ValueError(f'{run_dir}: no eval records (missing or '
+                                   'empty)'))
+    else:
+      records = loop.Learner.read_eval_log(run_dir)
+      if not records:
+        cli.fail(_PROG, ValueError(f'{run_dir} has no {loop.EVAL_LOG} (not a '
+                                   'pipelines.train run dir, or no eval yet)'))
     if not any(r.get(_Y.value) is not None for r in records):
       cli.fail(_PROG, ValueError(f'{run_dir}: no eval record has a '
                                  f'{_Y.value!r} value'))
+    if _MAX_X.value is not None:
+      kept = [r for r in records if r.get(_X.value, 0) <= _MAX_X.value]
+      cuts.append(f'{label} {len(kept)} of {len(records)}')
+      if not kept:
+        cli.fail(_PROG, ValueError(f'{run_dir}: no evaluation at or before '
+                                   f'{_X.value} {_MAX_X.value}'))
+      records = kept
     runs[label] = records
   hlines = {f'{_HLINE.value:g}': _HLINE.value} if _HLINE.value is not None \
       else None
@@ -71,6 +94,9 @@ def main(argv: list[str]) -> None:
                             x_label=_X.value.replace('_', ' '),
                             y_label=_Y.value.replace('_', ' '), hlines=hlines)
   print(f'{_PROG}: wrote {path} ({len(runs)} runs)', flush=True)
+  if cuts:
+    print(f'{_PROG}: evaluations up to {_X.value} {_MAX_X.value}: '
+          f'{", ".join(cuts)}', flush=True)
 
 
 if __name__ == '__main__':

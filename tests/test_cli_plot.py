@@ -36,3 +36,35 @@ def test_plot_draws_several_runs_on_one_png(tmp_path):
   assert missing.returncode == 1
   assert f'plot: error: {tmp_path / "nope"} has no eval.jsonl' in (
       missing.stderr)
+
+
+def _plot(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, '-m', 'pipelines.plot', *args], cwd=REPO, env=ENV,
+      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def test_plot_takes_eval_logs_and_cuts_at_max_x(tmp_path):
+  """A run dir beside an eval log kept on its own, both cut at one budget."""
+  run = tmp_path / 'run'
+  run.mkdir()
+  log = tmp_path / 'td3_bc_seed0_eval.jsonl'
+  for path, steps in ((run / 'eval.jsonl', (1000, 2000)),
+                      (log, (1000, 2000, 3000, 4000))):
+    path.write_text(''.join(
+        json.dumps({'train_step': s, 'normalized_score': s / 100}) + '\n'
+        for s in steps))
+  out = tmp_path / 'cut.png'
+  proc = _plot('--run_dirs', f'{run},{log}', '--x', 'train_step', '--y',
+               'normalized_score', '--max_x', '2500', '--out', str(out))
+  assert proc.returncode == 0, proc.stderr
+  assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  # The log's default label drops .jsonl; its evaluations past 2500 go.
+  assert proc.stdout.splitlines()[-1] == (
+      'plot: evaluations up to train_step 2500: run 2 of 2, '
+      'td3_bc_seed0_eval 2 of 4')
+  empty = _plot('--run_dirs', str(log), '--x', 'train_step', '--y',
+                'normalized_score', '--max_x', '500', '--out', str(out))
+  assert empty.returncode == 1
+  assert empty.stderr.strip().splitlines()[-1] == (
+      f'plot: error: {log}: no evaluation at or before train_step 500')

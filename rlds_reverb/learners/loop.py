@@ -186,32 +186,9 @@ class Learner:
 
   @staticmethod
   def read_eval_log(root_dir: str) -> list[dict]:
-    """The eval records of the run in `root_dir` (empty if none yet).
-
-    A last line cut short (a crash while it was written) is skipped with a
-    warning on stderr; `trim_eval_log` removes it.
-
-    Raises:
-      ValueError: a line before the last is not a JSON record.
-    """
-    path = os.path.join(root_dir, EVAL_LOG)
-    if not os.path.exists(path):
-      return []
-    with open(path) as f:
-      lines = f.read().split('\n')
-    records = []
-    for number, line in enumerate(lines, 1):
-      if not line.strip():
-        continue
-      try:
-        records.append(json.loads(line))
-      except ValueError as e:
-        if number < len(lines):  # Not the last line: a damaged log.
-          raise ValueError(f'{path} line {number} is not a JSON record: '
-                           f'{e}') from e
-        print(f'{path}: skipping its last line, cut short (a crash while '
-              'it was written)', file=sys.stderr)
-    return records
+    """The eval records of the run in `root_dir` (empty if none yet); see
+    `read_eval_file`."""
+    return read_eval_file(os.path.join(root_dir, EVAL_LOG))
 
   def log_eval(self, record: dict, *, x: str, title: str,
                y: str = 'average_return') -> dict:
@@ -239,3 +216,32 @@ class Learner:
                        title=title, x_label=x.replace('_', ' '),
                        y_label=y.replace('_', ' ') +
                        ' (greedy, eval episodes)')
+
+
+def read_eval_file(path: str) -> list[dict]:
+  """The eval records in an eval.jsonl at `path` (empty if it is missing):
+  a run's own, or a copy kept beside a figure.
+
+  A last line cut short (a crash while it was written) is skipped with a
+  warning on stderr; `Learner.trim_eval_log` removes it.
+
+  Raises:
+    ValueError: a line before the last is not a JSON record.
+  """
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    lines = f.read().split('\n')
+  records = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except ValueError as e:
+      if number < len(lines):  # Not the last line: a damaged log.
+        raise ValueError(f'{path} line {number} is not a JSON record: '
+                         f'{e}') from e
+      print(f'{path}: skipping its last line, cut short (a crash while '
+            'it was written)', file=sys.stderr)
+  return records
