@@ -21,7 +21,7 @@ from rlds_reverb.learners import offline_data
 from rlds_reverb.learners import run
 from rlds_reverb.learners import sac_n  # pylint: disable=unused-import (gin)
 from rlds_reverb.replay import episode_table
-from conftest import _rlds  # pylint: disable=g-bad-import-order
+from conftest import _rlds, bench_module  # pylint: disable=g-bad-import-order
 
 _LENGTHS = [40, 30, 25]
 
@@ -266,3 +266,26 @@ def test_one_seed_gives_one_run(served, tmp_path, agent):
   for a, b in zip(first.kernels + first.biases,
                   second.kernels + second.biases):
     np.testing.assert_array_equal(a, b)
+
+
+def test_edac_diversity_probe_reads_what_training_wrote(served, tmp_path):
+  """bench/edac_diversity.py reads the tags and settings an EDAC run
+  writes; a mean cosine of N unit vectors lies in [-1 / (N - 1), 1]."""
+  gin.clear_config()
+  gin.parse_config('SacNConfig.num_critics = 3')
+  try:
+    offline.train_offline(_config(served, tmp_path / 'edac', 'edac'),
+                          show_progress=False)
+  finally:
+    gin.clear_config()
+  offline.train_offline(_config(served, tmp_path / 'td3_bc', 'td3_bc',
+                                steps=2), show_progress=False)
+  probe = bench_module('edac_diversity').probe
+  result = probe(str(tmp_path / 'edac'))
+  assert (result['eta'], result['num_critics']) == (1.0, 3)
+  [row] = result['evaluations']
+  assert row['train_step'] == 30 and row['summaries'] == 1
+  assert -0.5 <= row['mean_gradient_cosine'] <= 1.0
+  assert row['alpha'] > 0
+  with pytest.raises(ValueError, match='not an EDAC run'):
+    probe(str(tmp_path / 'td3_bc'))
