@@ -10,7 +10,12 @@ observations of the dataset, how often the greedy action sits at a bound
 (|a| > 0.99) against how often the data's actions do, and how far sampled
 actions lie from the greedy one. A greedy policy far below the stochastic
 one, with saturated actions, puts the slow start in the mode of a wide
-distribution rather than in what the actor learned.
+distribution rather than in what the actor learned. On the same states it
+measures how far the greedy actions lie from the data's and what the
+critics say of both (their minimum, the actor's objective, and their
+spread, the pessimism EDAC relies on): an actor that leaves the data's
+actions for ones the whole ensemble rates higher, with no more spread
+there, is exploiting the critics where they all extrapolate alike.
 
 Prints ONE JSON line: per evaluation, the greedy and stochastic normalised
 scores and those action figures; no reference library has this probe, so
@@ -82,8 +87,12 @@ def main() -> None:
     stochastic = evaluation.evaluate(
         lambda obs: policy.sample(this_run.act_input(obs), rng)[0],
         this_run.specs.env_id, episodes, seed=10_000 + seed)
-    greedy = policy.greedy(this_run.act_input(observations))
-    sampled = policy.sample(this_run.act_input(observations), rng)[0]
+    inputs = this_run.act_input(observations)
+    greedy = policy.greedy(inputs)
+    sampled = policy.sample(inputs, rng)[0]
+    critic = this_run.agent.critic_network
+    q_data = critic((inputs, data_actions))[0].numpy()  # [B, N]
+    q_greedy = critic((inputs, greedy.astype(np.float32)))[0].numpy()
     rows.append({
         'train_step': record['train_step'],
         'greedy_score': round(record['normalized_score'], 2),
@@ -91,7 +100,15 @@ def main() -> None:
             args.env, stochastic.average_return), 2),
         'greedy_saturated': round(float(np.mean(np.abs(greedy) > 0.99)), 3),
         'sampled_to_greedy': round(float(np.mean(np.abs(sampled - greedy))),
-                                   3)})
+                                   3),
+        'greedy_to_data': round(float(np.mean(np.abs(greedy - data_actions))),
+                                3),
+        # The ensemble's minimum and spread (std over the N critics), at
+        # the data's actions and at the greedy ones, averaged over states.
+        'min_q_data': round(float(np.mean(q_data.min(axis=1))), 1),
+        'min_q_greedy': round(float(np.mean(q_greedy.min(axis=1))), 1),
+        'q_std_data': round(float(np.mean(q_data.std(axis=1))), 2),
+        'q_std_greedy': round(float(np.mean(q_greedy.std(axis=1))), 2)})
     print(json.dumps(rows[-1]), flush=True)
     return record
 

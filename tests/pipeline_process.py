@@ -1,10 +1,10 @@
 """A `python -m pipelines.<name>` left running, as the CLI tests drive it.
 
 The tests of push, serve and the server faults start a pipeline, wait for
-the lines it prints, then stop or kill it; they share this class,
-`unused_port`, and `error_line`, the check of a failed run's stderr
-(import with `from pipeline_process import ...`; conftest puts tests/ on
-sys.path).
+the lines it prints, then stop or kill it; they share this class and
+`unused_port`. `error_line`, the check of a failed run's stderr, serves
+every CLI test (act and train too). Import with `from pipeline_process
+import ...`; conftest puts tests/ on sys.path.
 """
 
 import os

@@ -224,6 +224,11 @@ class SacNAgent(offline_agent.OfflineAgent):
     self._eta = float(eta)
     self._seed_stream = tfp.util.SeedStream(seed, salt='SacNAgent')
 
+  @property
+  def critic_network(self) -> ensemble.EnsembleMlp:
+    """The N critics (Q_i(s, a): [B, N]), for probes of their estimates."""
+    return self._critic_network
+
   def _sample(self, observation: Any) -> tuple[tf.Tensor, tf.Tensor]:
     """a ~ pi(.|s) (reparameterised) and log pi(a|s), [B, A] and [B]."""
     distribution = self.action_distribution(observation)
