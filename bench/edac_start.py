@@ -24,6 +24,9 @@ the reference is the same run's own greedy score.
   python bench/edac_start.py --dataset data/halfcheetah_v5_medium \
       --steps 20000 --eval_interval 2000 \
       --gin_file configs/edac_halfcheetah_medium.gin --critic_dtype bfloat16
+
+`--checkpoints` measures finished runs' actors the same way, without
+training or evaluating (the reference: policies that do run).
 """
 
 import argparse
@@ -32,12 +35,16 @@ import os
 import platform
 import time
 
+from typing import Any, Optional
+
 import gin
 import numpy as np
+import tensorflow as tf
 
 from rlds_reverb import datasets
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import evaluation
+from rlds_reverb.acting import numpy_policy
 from rlds_reverb.learners import agents
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import run
@@ -45,6 +52,8 @@ from rlds_reverb.learners import run
 # configurable is registered before the gin files are parsed)
 from rlds_reverb.learners import awac, cal_ql, iql, rebrac, sac_n
 # pylint: enable=unused-import,g-bad-import-order
+
+_MACHINE = f'{os.cpu_count()} cores, {platform.machine()}, no GPU'
 
 
 def dataset_steps(path: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,6 +65,31 @@ def dataset_steps(path: str, limit: int) -> tuple[np.ndarray, np.ndarray]:
       actions.append(step['action'])
   return (np.asarray(observations[:limit], np.float32),
           np.asarray(actions[:limit], np.float32))
+
+
+def action_figures(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
+                   observations: np.ndarray, data_actions: np.ndarray,
+                   rng: np.random.Generator) -> dict:
+  """The actor's actions on the data's states against the data's, and
+  the critics' minimum and spread (std over the N critics) at both,
+  averaged over the states (no critic: the actions only)."""
+  greedy = policy.greedy(observations)
+  sampled = policy.sample(observations, rng)[0]
+  mean = lambda x, digits: round(float(np.mean(x)), digits)
+  figures = {
+      'greedy_saturated': mean(np.abs(greedy) > 0.99, 3),
+      'sampled_to_greedy': mean(np.abs(sampled - greedy), 3),
+      'greedy_to_data': mean(np.abs(greedy - data_actions), 3)}
+  if critic is None:
+    return figures
+  q_data = critic((observations, data_actions))[0].numpy()  # [B, N]
+  q_greedy = critic((observations, greedy.astype(np.float32)))[0].numpy()
+  return {
+      **figures,
+      'min_q_data': mean(q_data.min(axis=1), 1),
+      'min_q_greedy': mean(q_greedy.min(axis=1), 1),
+      'q_std_data': mean(q_data.std(axis=1), 2),
+      'q_std_greedy': mean(q_greedy.std(axis=1), 2)}
 
 
 def main() -> None:
@@ -73,6 +107,14 @@ def main() -> None:
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--root', default='runs/edac_start',
                       help='Run directory (resumes if it holds a run).')
+  parser.add_argument('--checkpoints', default=None,
+                      help='Comma-separated checkpoints of EDAC runs (same '
+                      'gin files and --critic_dtype): measure their actions '
+                      'on the data instead of training.')
+  parser.add_argument('--policy_files', default=None,
+                      help='With --checkpoints: numpy policies (e.g. the '
+                      'one that recorded the data) measured the same way, '
+                      'without critics.')
   args = parser.parse_args()
   gin.parse_config_files_and_bindings(args.gin_file, [])
   observations, data_actions = dataset_steps(args.dataset, 2000)
@@ -87,31 +129,36 @@ def main() -> None:
     stochastic = evaluation.evaluate(
         lambda obs: policy.sample(this_run.act_input(obs), rng)[0],
         this_run.specs.env_id, episodes, seed=10_000 + seed)
-    inputs = this_run.act_input(observations)
-    greedy = policy.greedy(inputs)
-    sampled = policy.sample(inputs, rng)[0]
-    critic = this_run.agent.critic_network
-    q_data = critic((inputs, data_actions))[0].numpy()  # [B, N]
-    q_greedy = critic((inputs, greedy.astype(np.float32)))[0].numpy()
     rows.append({
         'train_step': record['train_step'],
         'greedy_score': round(record['normalized_score'], 2),
         'stochastic_score': round(envs.normalized_score(
             args.env, stochastic.average_return), 2),
-        'greedy_saturated': round(float(np.mean(np.abs(greedy) > 0.99)), 3),
-        'sampled_to_greedy': round(float(np.mean(np.abs(sampled - greedy))),
-                                   3),
-        'greedy_to_data': round(float(np.mean(np.abs(greedy - data_actions))),
-                                3),
-        # The ensemble's minimum and spread (std over the N critics), at
-        # the data's actions and at the greedy ones, averaged over states.
-        'min_q_data': round(float(np.mean(q_data.min(axis=1))), 1),
-        'min_q_greedy': round(float(np.mean(q_greedy.min(axis=1))), 1),
-        'q_std_data': round(float(np.mean(q_data.std(axis=1))), 2),
-        'q_std_greedy': round(float(np.mean(q_greedy.std(axis=1))), 2)})
+        **action_figures(policy, this_run.agent.critic_network,
+                         this_run.act_input(observations), data_actions,
+                         rng)})
     print(json.dumps(rows[-1]), flush=True)
     return record
 
+  if args.checkpoints:
+    specs = envs.env_specs(args.env)
+    for path in args.checkpoints.split(','):
+      agent = agents.make_agent('edac', specs.time_step_spec,
+                                specs.action_spec, agents.AgentConfig(
+                                    seed=args.seed,
+                                    critic_dtype=args.critic_dtype))
+      tf.train.Checkpoint(agent=agent).restore(path).expect_partial()
+      rows.append({'checkpoint': path, **action_figures(
+          run.export_policy(agent, 'edac', specs), agent.critic_network,
+          observations, data_actions, rng)})
+    for path in args.policy_files.split(',') if args.policy_files else []:
+      rows.append({'policy_file': path, **action_figures(
+          numpy_policy.load(path), None, observations, data_actions, rng)})
+    print(json.dumps({'probe': 'edac_start', 'dataset': args.dataset,
+                      'gin_files': args.gin_file, 'checkpoints': rows,
+                      'machine': _MACHINE,
+                      'date': time.strftime('%Y-%m-%d')}), flush=True)
+    return
   run.Run.evaluate = evaluate  # The probe rides on the run's evaluations.
   start = time.perf_counter()
   offline.train_offline(offline.OfflineConfig(
@@ -130,8 +177,7 @@ def main() -> None:
       'data_saturated': round(float(np.mean(np.abs(data_actions) > 0.99)), 3),
       'evaluations': rows, 'reference': 'the same run\'s greedy score',
       'seconds': round(time.perf_counter() - start),
-      'machine': f'{os.cpu_count()} cores, {platform.machine()}, no GPU',
-      'date': time.strftime('%Y-%m-%d')}), flush=True)
+      'machine': _MACHINE, 'date': time.strftime('%Y-%m-%d')}), flush=True)
 
 
 if __name__ == '__main__':
