@@ -30,6 +30,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from rlds_reverb.learners import loop
 from rlds_reverb.learners import sac_n
 
 _SUMMARIES = {'diversity': 'while/diversity_loss', 'alpha': 'while/alpha',
@@ -40,7 +41,7 @@ def read_scalars(run_dir: str) -> dict[str, dict[int, float]]:
   """Every scalar of the run's TensorBoard files: tag -> {step: value}; a
   step logged twice (a resumed run) keeps its last value."""
   scalars: dict[str, dict[int, float]] = {}
-  for path in sorted(glob.glob(os.path.join(run_dir, 'tensorboard', '*'))):
+  for path in sorted(glob.glob(os.path.join(run_dir, loop.TENSORBOARD_DIR, '*'))):
     for event in tf.compat.v1.train.summary_iterator(path):
       for value in event.summary.value:
         number = (float(tf.make_ndarray(value.tensor))
@@ -70,8 +71,7 @@ def probe(run_dir: str) -> dict:
   # Unset, they are what make_edac resolves them to.
   eta = settings.get('eta') or sac_n.EDAC_ETA
   num_critics = settings.get('num_critics') or sac_n.SacNConfig.num_critics
-  with open(os.path.join(run_dir, 'eval.jsonl')) as f:
-    evaluations = [json.loads(line) for line in f if line.strip()]
+  evaluations = loop.Learner.read_eval_log(run_dir)
   scalars = read_scalars(run_dir)
   missing = [t for t in _SUMMARIES.values() if t not in scalars]
   if not evaluations or missing:
