@@ -289,3 +289,36 @@ def test_edac_diversity_probe_reads_what_training_wrote(served, tmp_path):
   assert row['alpha'] > 0
   with pytest.raises(ValueError, match='not an EDAC run'):
     probe(str(tmp_path / 'td3_bc'))
+
+
+def test_episode_outcomes_figures():
+  """bench/episode_outcomes.py: nearest-state distances against a brute
+  force, the first turned-over step, and a real episode of the shipped
+  medium policy (upright all the way, above a random policy's score)."""
+  probe = bench_module('episode_outcomes')
+  rng = np.random.default_rng(0)
+  states, data = rng.normal(size=(300, 17)), rng.normal(size=(700, 17))
+  scale = rng.uniform(0.5, 2.0, 17)
+  brute = np.sqrt((((states[:, None] - data[None]) / scale)**2).sum(-1)
+                  ).min(axis=1)
+  np.testing.assert_allclose(probe.nearest_distance(states, data, scale),
+                             brute, rtol=1e-4, atol=1e-4)
+  observations = np.zeros((10, 17))
+  observations[4:7, probe.PITCH] = [1.6, -3.0, 1.5]  # Over at 4 and 5.
+  observations[:, probe.SPEED] = 2.0
+  row = probe.episode_figures(observations, 0.0, 'HalfCheetah-v5')
+  assert row['turned_over_from'] == 4 and row['turned_over_share'] == 0.2
+  assert row['speed'] == 2.0
+  assert row['score'] == pytest.approx(envs.normalized_score(
+      'HalfCheetah-v5', 0.0), abs=0.05)
+  policy = numpy_policy.load(os.path.join(
+      os.path.dirname(rlds_reverb.__file__), 'policies', 'halfcheetah_v5',
+      'medium.npz'))
+  [episode] = probe.run_episodes(policy, 'HalfCheetah-v5', 1, seed=0)
+  assert len(episode['observations']) == 1001  # Reset + 1000 steps.
+  row = probe.episode_figures(episode['observations'], episode['return'],
+                              'HalfCheetah-v5')
+  # A random policy scores about -0.3; the medium policy about 39
+  # (docs/datasets.md), greedy no lower.
+  assert row['turned_over_from'] is None and row['score'] > 25
+  assert row['speed'] > 2.0

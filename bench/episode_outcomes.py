@@ -1,0 +1,236 @@
+"""What a policy's evaluation episodes are: which fail, and where they go.
+
+An evaluation's mean hides its episodes. ReBRAC on our medium-expert
+swings between expert-level evaluations and ones with a return spread of
+3,000-4,000 (docs/results/offline.md), and EDAC on medium sits near a
+score of 0 for its first 60k steps while its critics, on the data's
+states, rate its actions close to the data's. Both questions are about the
+states the policy's own episodes reach. This runs each policy's greedy
+episodes, as the run's evaluation does (episode i seeded seed + i), and
+gives per episode: the return, whether the cheetah turned over (the
+torso's pitch, observation 1 of HalfCheetah, beyond +-pi/2) and from which
+step, and the mean forward speed. Over the visited states it measures how
+far they lie from the data's (the distance to the nearest of the data's
+states, each dimension scaled by the data's std) and, for agents with a
+critic ensemble (EDAC, SAC-N), what the critics say there: their minimum
+and spread at the greedy action, against the same on the data's states.
+
+Prints ONE JSON line. The reference is the data itself: the share of the
+data's states turned over and the same nearest-state distance for
+held-out data states, so a policy "off the data" is off by more than the
+data's own episodes are from one another.
+
+  python bench/episode_outcomes.py --dataset data/halfcheetah_v5_medium_expert \\
+      --agent rebrac --gin_file configs/rebrac_halfcheetah_medium_expert.gin \\
+      --critic_dtype bfloat16 --episodes 20 \\
+      --checkpoints runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0/checkpoints/ckpt-500000
+
+Observation normalisation is not applied: for the learners that train on
+raw observations (ReBRAC, EDAC, SAC-N, CQL-SAC, BC) and numpy policy files
+(which carry their own).
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+from typing import Any, Optional
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from rlds_reverb import datasets
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.learners import agents
+from rlds_reverb.learners import offline
+from rlds_reverb.learners import run
+# pylint: disable=unused-import,g-bad-import-order (gin: every learner's
+# configurable is registered before the gin files are parsed)
+from rlds_reverb.learners import awac, cal_ql, iql, rebrac, sac_n
+# pylint: enable=unused-import,g-bad-import-order
+
+_MACHINE = f'{os.cpu_count()} cores, {platform.machine()}, no GPU'
+# HalfCheetah's observation: qpos[1:] then qvel; 1 is the torso's pitch,
+# 8 the forward speed.
+PITCH, SPEED = 1, 8
+TURNED_OVER = np.pi / 2
+
+
+def data_states(path: str, num_episodes: int, seed: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+  """Observations of `num_episodes` episodes spread over the dataset, and
+  of as many other ones (held out: the reference for the distances)."""
+  episodes = []
+  for episode in datasets.load(path):
+    steps = episode['steps'].batch(1_000_000).get_single_element()
+    episodes.append(steps['observation'].numpy())
+  if len(episodes) < 2 * num_episodes:
+    raise ValueError(f'{path} has {len(episodes)} episodes; '
+                     f'--data_episodes {num_episodes} needs twice as many')
+  order = np.random.default_rng(seed).permutation(len(episodes))
+  pick = lambda ids: np.concatenate([episodes[i] for i in ids])
+  return pick(order[:num_episodes]), pick(order[num_episodes:2 * num_episodes])
+
+
+def nearest_distance(states: np.ndarray, data: np.ndarray,
+                     scale: np.ndarray) -> np.ndarray:
+  """Distance from each state to its nearest data state, per-dimension
+  scaled by `scale`."""
+  data = (data / scale).astype(np.float32)
+  data_sq = np.sum(data**2, axis=1)
+  out = []
+  for chunk in np.array_split(states / scale, max(1, len(states) // 256)):
+    chunk = chunk.astype(np.float32)
+    d2 = (np.sum(chunk**2, axis=1)[:, None] - 2 * chunk @ data.T +
+          data_sq[None, :])
+    out.append(np.sqrt(np.maximum(d2.min(axis=1), 0.0)))
+  return np.concatenate(out)
+
+
+def run_episodes(policy: numpy_policy.NumpyPolicy, env_id: str,
+                 num_episodes: int, seed: int) -> list[dict[str, Any]]:
+  """Greedy episodes, one env each, seeded as the run's evaluation."""
+  episodes = []
+  for i in range(num_episodes):
+    env = envs.make_env(env_id)
+    try:
+      obs, _ = env.reset(seed=seed + i)
+      observations, total, done = [obs], 0.0, False
+      while not done:
+        action = policy.greedy(obs[None].astype(np.float32))[0]
+        obs, reward, terminated, truncated, _ = env.step(action)
+        observations.append(obs)
+        total += float(reward)
+        done = terminated or truncated
+    finally:
+      env.close()
+    episodes.append({'return': total,
+                     'observations': np.asarray(observations, np.float32)})
+  return episodes
+
+
+def episode_figures(observations: np.ndarray, episode_return: float,
+                    env_id: str) -> dict[str, Any]:
+  """Score, the first step turned over (None: never) and the share of
+  steps turned over, and the mean forward speed."""
+  over = np.flatnonzero(np.abs(observations[:, PITCH]) > TURNED_OVER)
+  return {
+      'score': round(envs.normalized_score(env_id, episode_return), 1),
+      'turned_over_from': int(over[0]) if over.size else None,
+      'turned_over_share': round(float(over.size / len(observations)), 3),
+      'speed': round(float(observations[:, SPEED].mean()), 2)}
+
+
+def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,
+                   states: np.ndarray) -> dict[str, float]:
+  """The ensemble's minimum and spread at the greedy action."""
+  actions = policy.greedy(states).astype(np.float32)
+  q = critic((states.astype(np.float32), actions))[0].numpy()  # [B, N]
+  return {'min_q': round(float(q.min(axis=1).mean()), 1),
+          'q_std': round(float(q.std(axis=1).mean()), 2)}
+
+
+def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
+             args: argparse.Namespace, data: np.ndarray, scale: np.ndarray,
+             rng: np.random.Generator) -> dict[str, Any]:
+  """One policy's episodes and the figures of its visited states."""
+  episodes = run_episodes(policy, args.env, args.episodes, args.seed)
+  rows = [episode_figures(e['observations'], e['return'], args.env)
+          for e in episodes]
+  visited = np.concatenate([e['observations'] for e in episodes])
+  visited = visited[rng.choice(len(visited), min(args.states, len(visited)),
+                               replace=False)]
+  distance = nearest_distance(visited, data, scale)
+  scores = [row['score'] for row in rows]
+  figures = {
+      'score_mean': round(float(np.mean(scores)), 1),
+      'score_std': round(float(np.std(scores)), 1),
+      'turned_over_episodes': sum(r['turned_over_from'] is not None
+                                  for r in rows),
+      'distance_median': round(float(np.median(distance)), 2),
+      'distance_p90': round(float(np.percentile(distance, 90)), 2),
+      'episodes': rows}
+  if critic is not None:
+    figures['critic_visited'] = critic_figures(critic, policy, visited)
+    held = data[rng.choice(len(data), len(visited), replace=False)]
+    figures['critic_data'] = critic_figures(critic, policy, held)
+  return figures
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--dataset', required=True,
+                      help='The run\'s dataset: the reference states.')
+  parser.add_argument('--env', default='HalfCheetah-v5')
+  parser.add_argument('--agent', default='rebrac',
+                      help='Agent of the --checkpoints.')
+  parser.add_argument('--gin_file', action='append', default=[],
+                      help='The runs\' gin files (network sizes, N critics).')
+  parser.add_argument('--critic_dtype', default='float32',
+                      choices=('float32', 'bfloat16'))
+  parser.add_argument('--checkpoints', default='',
+                      help='Comma-separated checkpoints of --agent runs.')
+  parser.add_argument('--policy_files', default='',
+                      help='Comma-separated numpy policies (e.g. the ones '
+                      'that recorded the data).')
+  parser.add_argument('--episodes', type=int, default=20,
+                      help='Greedy episodes per policy.')
+  parser.add_argument('--data_episodes', type=int, default=50,
+                      help='Data episodes as the reference states (and as '
+                      'many held out).')
+  parser.add_argument('--states', type=int, default=5000,
+                      help='Visited states sampled for the distances.')
+  parser.add_argument('--seed', type=int, default=0)
+  args = parser.parse_args()
+  if not args.checkpoints and not args.policy_files:
+    parser.error('give --checkpoints or --policy_files')
+  if args.agent in offline.NORMALIZED_OBSERVATIONS and args.checkpoints:
+    parser.error(f'--agent {args.agent} trains on normalised observations; '
+                 'this probe feeds raw ones (use its exported policy file)')
+  gin.parse_config_files_and_bindings(args.gin_file, [])
+  start = time.perf_counter()
+  rng = np.random.default_rng(args.seed)
+  data, held_out = data_states(args.dataset, args.data_episodes, args.seed)
+  scale = data.std(axis=0) + 1e-6
+  held = held_out[rng.choice(len(held_out), args.states, replace=False)]
+  reference = nearest_distance(held, data, scale)
+  specs = envs.env_specs(args.env)
+  rows = []
+  for path in filter(None, args.checkpoints.split(',')):
+    agent = agents.make_agent(args.agent, specs.time_step_spec,
+                              specs.action_spec, agents.AgentConfig(
+                                  seed=args.seed,
+                                  critic_dtype=args.critic_dtype))
+    status = tf.train.Checkpoint(agent=agent).restore(path)
+    status.expect_partial().assert_existing_objects_matched()
+    rows.append({'checkpoint': path, **outcomes(
+        run.export_policy(agent, args.agent, specs),
+        getattr(agent, 'critic_network', None), args, data, scale, rng)})
+    print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
+          flush=True)
+  for path in filter(None, args.policy_files.split(',')):
+    rows.append({'policy_file': path, **outcomes(
+        numpy_policy.load(path), None, args, data, scale, rng)})
+    print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
+          flush=True)
+  print(json.dumps({
+      'probe': 'episode_outcomes', 'dataset': args.dataset,
+      'agent': args.agent, 'gin_files': args.gin_file,
+      'critic_dtype': args.critic_dtype, 'seed': args.seed,
+      'episodes_per_policy': args.episodes,
+      'reference': {
+          'data_turned_over_share': round(float(np.mean(
+              np.abs(np.concatenate([data, held_out])[:, PITCH]) >
+              TURNED_OVER)), 4),
+          'held_out_distance_median': round(float(np.median(reference)), 2),
+          'held_out_distance_p90': round(float(np.percentile(reference, 90)),
+                                         2)},
+      'policies': rows, 'seconds': round(time.perf_counter() - start),
+      'machine': _MACHINE, 'date': time.strftime('%Y-%m-%d')}), flush=True)
+
+
+if __name__ == '__main__':
+  main()
