@@ -115,13 +115,17 @@ def run_episodes(policy: numpy_policy.NumpyPolicy, env_id: str,
 def episode_figures(observations: np.ndarray, episode_return: float,
                     env_id: str) -> dict[str, Any]:
   """Score, the first step turned over (None: never) and the share of
-  steps turned over, and the mean forward speed."""
+  steps turned over, and the mean forward speed (from that step on too)."""
   over = np.flatnonzero(np.abs(observations[:, PITCH]) > TURNED_OVER)
   return {
       'score': round(envs.normalized_score(env_id, episode_return), 1),
       'turned_over_from': int(over[0]) if over.size else None,
       'turned_over_share': round(float(over.size / len(observations)), 3),
-      'speed': round(float(observations[:, SPEED].mean()), 2)}
+      'speed': round(float(observations[:, SPEED].mean()), 2),
+      # Does it get going again once over?
+      'speed_after_turning_over': (
+          round(float(observations[over[0]:, SPEED].mean()), 2)
+          if over.size else None)}
 
 
 def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,

@@ -2,6 +2,8 @@
 the forward pass against float64 numpy, float32 weights and outputs, EDAC's
 action gradients, losses that still fall, checkpoints, refusals."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -125,7 +127,8 @@ def test_bfloat16_critics_learn_as_float32_ones_do(kind):
 
 def test_a_bfloat16_checkpoint_restores_into_a_float32_agent(tmp_path):
   """The weights are float32 either way: a run may switch dtypes by
-  restoring into another agent (the pipelines refuse it on resume)."""
+  restoring into another agent (the pipelines allow it on resume and note
+  it in config.json)."""
   make = lambda dtype, seed: agents.make_agent(
       'rebrac', TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
           actor_layers=(32, 32), critic_layers=(64, 64), seed=seed,
@@ -149,3 +152,27 @@ def test_critic_dtype_is_refused_where_it_does_not_apply():
                      r"'float16'"):
     agents.make_agent('rebrac', TIME_STEP_SPEC, ACTION_SPEC,
                       agents.AgentConfig(critic_dtype='float16'))
+
+
+def test_bfloat16_without_hardware_for_it_is_warned_about(monkeypatch):
+  """An AVX2-only CPU emulates bfloat16 (many times slower than float32):
+  asking for it there warns; a CPU with AMX or AVX512-BF16 does not."""
+  assert not tf.config.list_physical_devices('GPU')  # The CI machine.
+  amd = 'flags\t\t: fpu sse2 avx avx2 fma\n'
+  intel = 'flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_bf16\n'
+  assert not ensemble.has_bfloat16_instructions(amd)
+  assert ensemble.has_bfloat16_instructions(intel)
+  make = lambda dtype: agents.make_agent(
+      'rebrac', TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
+          actor_layers=(8,), critic_layers=(8,), critic_dtype=dtype))
+  monkeypatch.setattr(ensemble, '_cpuinfo', lambda: amd)
+  with pytest.warns(ensemble.SlowDtypeWarning,
+                    match=r"without bfloat16 instructions .*amx_bf16, "
+                    r"avx512_bf16.*use 'float32'"):
+    make('bfloat16')
+  monkeypatch.setattr(ensemble, '_cpuinfo', lambda: intel)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', ensemble.SlowDtypeWarning)
+    make('bfloat16')
+    monkeypatch.setattr(ensemble, '_cpuinfo', lambda: amd)
+    make('float32')

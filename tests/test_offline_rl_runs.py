@@ -308,7 +308,7 @@ def test_episode_outcomes_figures():
   observations[:, probe.SPEED] = 2.0
   row = probe.episode_figures(observations, 0.0, 'HalfCheetah-v5')
   assert row['turned_over_from'] == 4 and row['turned_over_share'] == 0.2
-  assert row['speed'] == 2.0
+  assert row['speed'] == 2.0 and row['speed_after_turning_over'] == 2.0
   assert row['score'] == pytest.approx(envs.normalized_score(
       'HalfCheetah-v5', 0.0), abs=0.05)
   policy = numpy_policy.load(os.path.join(
@@ -321,4 +321,5 @@ def test_episode_outcomes_figures():
   # A random policy scores about -0.3; the medium policy about 39
   # (docs/datasets.md), greedy no lower.
   assert row['turned_over_from'] is None and row['score'] > 25
+  assert row['speed_after_turning_over'] is None
   assert row['speed'] > 2.0

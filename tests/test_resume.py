@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from rlds_reverb.learners import agents
 from rlds_reverb.learners import offline
 from rlds_reverb.learners import online
 from rlds_reverb.learners import resume
@@ -42,6 +43,33 @@ def test_new_run_and_allowed_changes_pass(tmp_path):
   resume.check_resumable(str(root), _offline(
       root, data, train_steps=5, eval_interval=7, eval_episodes=1,
       checkpoint_interval=3, online_finetune_steps=100, data_dir='/x'))
+
+
+def test_compute_dtype_may_change_and_each_change_is_kept(tmp_path):
+  """A bfloat16 run moves to a CPU without bfloat16 instructions: the
+  float32 weights resume under float32, and config.json keeps what each
+  resume changed and from which checkpoint."""
+  root, data = tmp_path / 'run', _dataset(tmp_path / 'data')
+  bf16 = lambda **fields: _offline(
+      root, data, agent='rebrac', agent_config=agents.AgentConfig(
+          critic_dtype='bfloat16'), **fields)
+  _saved_run(root, bf16())
+  (root / 'checkpoints' / 'checkpoint').write_text(
+      'model_checkpoint_path: "ckpt-500"\n')
+  (root / 'checkpoints' / 'ckpt-500.index').write_text('')
+  as_float32 = dataclasses.replace(bf16(train_steps=9), agent_config=(
+      agents.AgentConfig(critic_dtype='float32')))
+  record = resume.check_resumable(str(root), as_float32)
+  assert record[resume.HISTORY_KEY] == [{'from_step': 500, 'changes': {
+      'agent_config.critic_dtype': ['bfloat16', 'float32'],
+      'train_steps': [300_000, 9]}}]
+  resume.write_record(str(root), record)
+  # The next resume keeps the history; one that changes nothing adds none.
+  again = resume.check_resumable(str(root), as_float32)
+  assert again[resume.HISTORY_KEY] == record[resume.HISTORY_KEY]
+  # Another seed is still another run.
+  with pytest.raises(resume.ResumeMismatchError, match='seed 1'):
+    resume.check_resumable(str(root), dataclasses.replace(as_float32, seed=1))
 
 
 def test_other_settings_are_refused_naming_each_field(tmp_path):

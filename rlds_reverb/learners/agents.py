@@ -299,6 +299,7 @@ def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
         f'AgentConfig.critic_dtype={critic_dtype!r} applies to the ensemble '
         f'critics of {", ".join(OFFLINE_RL_AGENTS)}; {kind} computes in '
         'float32')
+  ensemble.warn_if_emulated(critic_dtype)
   train_step = (train_step if train_step is not None
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
   if kind == 'dqn':

@@ -18,6 +18,7 @@ differences are small against their size, are not rounded to bfloat16's
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Optional, Sequence, Union
 
 import tensorflow as tf
@@ -25,6 +26,13 @@ from tf_agents.networks import network
 
 # The dtypes the hidden layers may compute in.
 COMPUTE_DTYPES = ('float32', 'bfloat16')
+# CPU flags (/proc/cpuinfo) of native bfloat16 matmuls; without them
+# TensorFlow emulates bfloat16 on the CPU, far slower than float32.
+BFLOAT16_CPU_FLAGS = ('amx_bf16', 'avx512_bf16')
+
+
+class SlowDtypeWarning(UserWarning):
+  """bfloat16 asked for where no hardware computes it natively."""
 
 
 def hidden_dtype(name: Union[str, tf.DType]) -> tf.DType:
@@ -38,6 +46,37 @@ def hidden_dtype(name: Union[str, tf.DType]) -> tf.DType:
     raise ValueError(f'the hidden layers compute in one of '
                      f'{", ".join(COMPUTE_DTYPES)}, got {name!r}')
   return tf.as_dtype(name)
+
+
+def has_bfloat16_instructions(cpuinfo: str) -> bool:
+  """Whether a /proc/cpuinfo text names native bfloat16 matmuls."""
+  return bool(set(cpuinfo.split()) & set(BFLOAT16_CPU_FLAGS))
+
+
+def _cpuinfo() -> Optional[str]:
+  try:
+    with open('/proc/cpuinfo') as f:
+      return f.read()
+  except OSError:
+    return None  # Not Linux: nothing to tell.
+
+
+def warn_if_emulated(name: Union[str, tf.DType]) -> None:
+  """Warns when bfloat16 is asked for on a CPU that lacks it and no GPU:
+  a run there would train many times slower than in float32."""
+  if hidden_dtype(name) != tf.bfloat16 or tf.config.list_physical_devices(
+      'GPU'):
+    return
+  cpuinfo = _cpuinfo()
+  if cpuinfo is None or has_bfloat16_instructions(cpuinfo):
+    return
+  warnings.warn(SlowDtypeWarning(
+      "critic_dtype 'bfloat16' on a CPU without bfloat16 instructions "
+      f'(/proc/cpuinfo names none of {", ".join(BFLOAT16_CPU_FLAGS)}) and '
+      'no GPU: TensorFlow emulates bfloat16 here and the critics train many '
+      'times slower than in float32 (docs/offline_rl.md, bfloat16 '
+      "critics); use 'float32' (a bfloat16 run resumes in float32)"),
+                stacklevel=3)
 
 
 def _uniform(shape: Sequence[int], bound: float, seed: Optional[int]):

@@ -27,6 +27,8 @@ import os
 import shutil
 from typing import Any
 
+import tensorflow as tf
+
 from rlds_reverb import datasets
 
 CONFIG_FILE = 'config.json'
@@ -43,7 +45,16 @@ MAY_CHANGE = frozenset({
     'reverb_address', 'publish_every',
     # The pipeline anneals PER's beta (and IQL its actor's learning rate)
     # over the whole budget.
-    'per_config.beta_steps', 'agent_config.train_steps'})
+    'per_config.beta_steps', 'agent_config.train_steps',
+    # What the critics' hidden layers compute in: the weights are float32
+    # either way, so a run moves to hardware without bfloat16 instructions.
+    'agent_config.critic_dtype'})
+# Fields that change from one resume to the next by themselves (ports,
+# paths): not noted in the record's history of changes.
+_UNNOTED = frozenset({'root_dir', 'reverb_address', 'data_dir', 'download'})
+# config.json's list of what each resume changed: [{'from_step': the
+# checkpoint it resumed, 'changes': {field: [recorded, new]}}, ...].
+HISTORY_KEY = 'resumed_with_changes'
 # Agent settings are recorded resolved (the published default filled in);
 # runs recorded on 2026-11-24 before that hold None for "the default".
 _RESOLVED_PREFIX = 'agent_config.'
@@ -107,29 +118,42 @@ def run_record(config: Any) -> dict:
   return record
 
 
-def differences(recorded: dict, current: dict, prefix: str = ''
+def _changed(recorded: dict, current: dict, prefix: str = ''
+             ) -> list[tuple[str, Any, Any]]:
+  """(field, recorded value, new value) for each field both records hold
+  that differs, nested configs field by field."""
+  found = []
+  # A field one record lacks comes from another version of the config.
+  for key in sorted(set(recorded) & set(current)):
+    old, new, field = recorded[key], current[key], f'{prefix}{key}'
+    if key == FINGERPRINT_KEY and (old is None or new is None):
+      continue
+    if old is None and field.startswith(_RESOLVED_PREFIX):
+      continue  # Recorded before agent settings were recorded resolved.
+    if isinstance(old, dict) and isinstance(new, dict):
+      found += _changed(old, new, f'{field}.')
+    elif old != new:
+      found.append((field, old, new))
+  return found
+
+
+def differences(recorded: dict, current: dict
                 ) -> list[tuple[str, Any, Any]]:
   """(field, recorded value, new value) for each field outside `MAY_CHANGE`
   that both records hold and that differs (nested configs field by field);
   the fingerprint only where both runs have one. Another kind of run (online
   vs offline) is the one difference reported."""
-  if not prefix and recorded.get(KIND_KEY, current[KIND_KEY]) != current[
-      KIND_KEY]:
+  if recorded.get(KIND_KEY, current[KIND_KEY]) != current[KIND_KEY]:
     return [(KIND_KEY, recorded[KIND_KEY], current[KIND_KEY])]
-  found = []
-  # A field one record lacks comes from another version of the config.
-  for key in sorted(set(recorded) & set(current)):
-    old, new, field = recorded[key], current[key], f'{prefix}{key}'
-    if field in MAY_CHANGE or (key == FINGERPRINT_KEY and
-                               (old is None or new is None)):
-      continue
-    if old is None and field.startswith(_RESOLVED_PREFIX):
-      continue  # Recorded before agent settings were recorded resolved.
-    if isinstance(old, dict) and isinstance(new, dict):
-      found += differences(old, new, f'{field}.')
-    elif old != new:
-      found.append((field, old, new))
-  return found
+  return [change for change in _changed(recorded, current)
+          if change[0] not in MAY_CHANGE]
+
+
+def _checkpoint_step(root_dir: str) -> int | None:
+  """The step of the checkpoint a resume starts from (its file name)."""
+  path = tf.train.latest_checkpoint(os.path.join(root_dir, _STATE_DIRS[0]))
+  suffix = path.rsplit('-', 1)[-1] if path else ''
+  return int(suffix) if suffix.isdigit() else None
 
 
 def check_resumable(root_dir: str, config: Any) -> dict:
@@ -157,6 +181,11 @@ def check_resumable(root_dir: str, config: Any) -> dict:
   found = differences(recorded, record)
   if found:
     raise ResumeMismatchError(root_dir, found)
+  noted = {field: [old, new] for field, old, new in _changed(recorded, record)
+           if field in MAY_CHANGE and field not in _UNNOTED}
+  record[HISTORY_KEY] = list(recorded.get(HISTORY_KEY, [])) + (
+      [{'from_step': _checkpoint_step(root_dir), 'changes': noted}]
+      if noted else [])
   return record
 
 
