@@ -21,6 +21,11 @@ OBS_SPEC = tensor_spec.TensorSpec([17], tf.float32, name='observation')
 ACTION_SPEC = tensor_spec.BoundedTensorSpec([6], tf.float32, -1.0, 1.0,
                                             name='action')
 TIME_STEP_SPEC = ts.time_step_spec(OBS_SPEC)
+# CPUs with AMX or AVX512-BF16 compute bfloat16 matmuls natively; others
+# (AVX2 only) emulate them, rounding more: the bounds below say which is
+# which, with what each was seen at.
+_CPUINFO = ensemble._cpuinfo()
+NATIVE = _CPUINFO is None or ensemble.has_bfloat16_instructions(_CPUINFO)
 
 
 def _pair(layer_norm):
@@ -56,10 +61,13 @@ def test_bfloat16_forward_pass_is_close_to_float64(layer_norm):
   # bfloat16 keeps 8 significant bits (relative rounding 2^-9 per value);
   # three rounded layers stay within a few percent of the output's size,
   # and well above float32's error, so the bfloat16 path really ran.
+  # Emulated (an AVX2-only AMD EPYC, 2026-11-27): 1.6e-2 without
+  # LayerNorm, 1.2e-1 with it, whose normalisation magnifies the rounding
+  # of rows with a small spread.
   print(f'max error / mean |Q|: float32 {error_full:.1e}, '
         f'bfloat16 {error_half:.1e}')
   assert error_full < 1e-5
-  assert 1e-4 < error_half < 0.05
+  assert 1e-4 < error_half < (0.05 if NATIVE else 0.25)
 
 
 def test_bfloat16_action_gradients_point_where_float32_ones_do():
@@ -77,10 +85,12 @@ def test_bfloat16_action_gradients_point_where_float32_ones_do():
   g_full, g_half = action_gradients(full), action_gradients(half)
   cosine = np.sum(g_full * g_half, -1) / (
       np.linalg.norm(g_full, axis=-1) * np.linalg.norm(g_half, axis=-1))
-  # Seen here: median 0.99998, lowest 0.95 of 256 (states where the
-  # gradient is small and rounding turns it most).
-  assert np.median(cosine) > 0.999, np.median(cosine)
-  assert np.percentile(cosine, 5) > 0.98 and cosine.min() > 0.9, cosine
+  # Seen natively: median 0.99998, lowest 0.95 of 256 (states where the
+  # gradient is small and rounding turns it most); emulated: median
+  # 0.9989, 5th percentile 0.978.
+  assert np.median(cosine) > (0.999 if NATIVE else 0.995), np.median(cosine)
+  assert np.percentile(cosine, 5) > (0.98 if NATIVE else 0.95), cosine
+  assert cosine.min() > (0.9 if NATIVE else 0.8), cosine
 
 
 def _critic_losses(kind, dtype, steps=150):
@@ -118,11 +128,16 @@ def test_bfloat16_critics_learn_as_float32_ones_do(kind):
   # test_rebrac_calql.py asks only for a fall); the others fall by 30%+.
   assert last(half) < (0.98 if kind == 'cal_ql' else 0.7) * first(half)
   # The same start, the same batch, the same action draws (the seeds fix
-  # them all): bfloat16 ends near float32 over the last 30 steps.
-  # Seen here: ReBRAC, IQL and Cal-QL agree to 3 digits, EDAC within 1%.
+  # them all): bfloat16 ends near float32 over the last 30 steps, within
+  # 5% of float32's level plus three standard errors of float32's own
+  # step-to-step noise there (ReBRAC's loss ends near 0.001, where 5% is
+  # below that noise). Seen natively: ReBRAC, IQL and Cal-QL agree to 3
+  # digits, EDAC within 1%; emulated, ReBRAC's tail differs by 8% of its
+  # level, within the noise.
   tail = lambda x: x[-30:].mean()
-  assert abs(tail(half) - tail(full)) < 0.05 * abs(tail(full)), (
-      tail(half), tail(full))
+  noise = 3 * full[-30:].std() / np.sqrt(30)
+  assert abs(tail(half) - tail(full)) < 0.05 * abs(tail(full)) + noise, (
+      tail(half), tail(full), noise)
 
 
 def test_a_bfloat16_checkpoint_restores_into_a_float32_agent(tmp_path):
