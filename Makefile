@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(PY) -m pipelines.train --agent td3_bc --dataset $(DEMO_DIR) --steps 2000 --eval_interval 1000 --eval_episodes 2 --root_dir runs/demo_td3_bc
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist worksteal --timeout 900 --durations 40 tests
+	$(PY) -m pytest -n 2 --timeout 900 --durations 40 tests
 
 bench: $(STAMP)
 	$(PY) bench/feed.py
