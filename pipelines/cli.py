@@ -308,7 +308,10 @@ def wait_until_interrupted(
     if on_ready is not None:
       on_ready()
     while True:
-      time.sleep(3600)
+      # Short sleeps: the kernel may deliver the signal to one of Reverb's
+      # threads, and Python's handler then runs only once the main thread
+      # wakes up (a serve process once slept through Ctrl-C this way).
+      time.sleep(0.5)
   except KeyboardInterrupt:
     pass
   finally:
