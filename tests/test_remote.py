@@ -49,8 +49,10 @@ def _constant(specs, value: float) -> numpy_policy.NumpyPolicy:
 
 
 def _actor(client, pendulum, **config) -> remote.Actor:
+  # A generous deadline for a live server: under the suite's load a first
+  # call can take seconds. Tests of dead servers and waits pass their own.
   config = {'initial_random_steps': 0, 'exploration_noise': 0.0,
-            'timeout_s': 2.0, **config}
+            'timeout_s': 30.0, **config}
   return remote.Actor(remote.ActorConfig(ENV, **config), client,
                       data_spec=run.trajectory_spec(pendulum),
                       head='deterministic')

@@ -190,9 +190,12 @@ class Discriminator(tf.Module):
       self._alpha_generator = tf.random.Generator.from_seed(seed)
     pairs = (tf.TensorSpec([None, observation_size], tf.float32),
              tf.TensorSpec([None, action_size], tf.float32))
-    self._compiled_logits = tf.function(self.logits, input_signature=pairs)
+    # No tensor-dependent Python control flow: autograph is start-up cost.
+    self._compiled_logits = tf.function(self.logits, input_signature=pairs,
+                                        autograph=False)
     self._train_step = tf.function(self._train_step_fn,
-                                   input_signature=pairs + pairs)
+                                   input_signature=pairs + pairs,
+                                   autograph=False)
 
   def logits(self, observations: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
     """logit(s, a) [B] of observations [B, obs] and actions [B, act]."""

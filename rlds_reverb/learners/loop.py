@@ -149,7 +149,12 @@ class Learner:
     """
     if self._train_fn is None:
       agent, interval = self.agent, self._summary_interval
-      train_step_fn = self._train_step_fn
+      # Autograph converts only this loop: converting every function the
+      # step calls (TF-Agents' and ours, none of which needs it) costs
+      # most of a short run's start-up.
+      train_step_fn = tf.autograph.experimental.do_not_convert(
+          self._train_step_fn)
+      as_is = tf.autograph.experimental.do_not_convert
 
       @tf.function
       def train_steps(source, n):
@@ -157,7 +162,7 @@ class Learner:
         for _ in tf.range(n):
           with tf.summary.record_if(
               tf.equal(agent.train_step_counter % interval, 0)):
-            batch = source() if callable(source) else next(source)
+            batch = as_is(source)() if callable(source) else next(source)
             loss = train_step_fn(batch)
           # A non-finite loss ends the call at the step that made it
           # (one scalar check per step).

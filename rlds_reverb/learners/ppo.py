@@ -291,6 +291,11 @@ class Updater:
   def _update_fn(self, batch, clip, seed):
     """Epochs x minibatches of steps; returns the steps' mean statistics."""
     config, model = self.config, self.model
+    # Autograph converts only these loops: the losses and Keras' update
+    # need none of it, and converting them is most of the first call.
+    losses = tf.autograph.experimental.do_not_convert(self._losses)
+    apply_gradients = tf.autograph.experimental.do_not_convert(
+        self.optimizer.apply_gradients)
     size = tf.shape(batch['advantage'])[0]
     minibatch = size // config.minibatches
     weights = model.trainable_weights
@@ -302,10 +307,10 @@ class Updater:
         rows = order[m * minibatch:(m + 1) * minibatch]
         part = {key: tf.gather(value, rows) for key, value in batch.items()}
         with tf.GradientTape() as tape:
-          loss, stats = self._losses(part, clip)
+          loss, stats = losses(part, clip)
         grads = tape.gradient(loss, weights)
         grads, norm = tf.clip_by_global_norm(grads, config.max_grad_norm)
-        self.optimizer.apply_gradients(zip(grads, weights))
+        apply_gradients(zip(grads, weights))
         model.train_step_counter.assign_add(1)
         stats['grad_norm'] = norm
         totals = {key: totals[key] + stats[key] for key in _STATS}
