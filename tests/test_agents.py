@@ -19,7 +19,7 @@ def test_loss_falls_on_a_fixed_batch(kind, loss_field, specs):
   agent = agents.make_agent(kind, specs.time_step_spec, specs.action_spec,
                             agents.AgentConfig(cql_bc_steps=0))
   batch = _fixed_batch()
-  train = tf.function(agent.train)
+  train = tf.function(agent.train, autograph=False)
 
   def loss():
     info = train(batch)
@@ -37,7 +37,7 @@ def test_td3_bc_actor_imitates_when_the_q_term_is_off(specs):
   agent = agents.make_agent('td3_bc', specs.time_step_spec, specs.action_spec,
                             agents.AgentConfig(td3_bc_alpha=0.0))
   batch = _fixed_batch(32)
-  train = tf.function(agent.train)
+  train = tf.function(agent.train, autograph=False)
   actor = agents.actor_network(agent)
   error = lambda: float(tf.reduce_mean(tf.square(
       actor(batch.observation[:, 0])[0] - batch.action[:, 0])))

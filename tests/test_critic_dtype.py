@@ -107,7 +107,8 @@ def _critic_losses(kind, dtype, steps=150):
   assert {v.dtype for c in critics for v in c.variables} == {tf.float32}
   batch = _fixed_batch(64)
   kwargs = {'mc_return': tf.zeros([64])} if kind == 'cal_ql' else {}
-  train = tf.function(lambda: agent.train(batch, **kwargs))
+  train = tf.function(lambda: agent.train(batch, **kwargs),
+                      autograph=False)
   if kind == 'cal_ql':
     loss = lambda extra: extra.td_loss + extra.cql_loss
   else:
@@ -153,7 +154,7 @@ def test_a_bfloat16_checkpoint_restores_into_a_float32_agent(tmp_path):
           actor_layers=(32, 32), critic_layers=(64, 64), seed=seed,
           critic_dtype=dtype))
   half = make('bfloat16', 1)
-  tf.function(lambda: half.train(_fixed_batch(64)))()
+  tf.function(lambda: half.train(_fixed_batch(64)), autograph=False)()
   path = tf.train.Checkpoint(agent=half).save(str(tmp_path / 'ckpt'))
   full = make('float32', 2)
   tf.train.Checkpoint(agent=full).restore(path).assert_consumed()

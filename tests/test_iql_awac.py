@@ -71,7 +71,7 @@ def test_total_loss_falls_on_a_fixed_batch(kind):
   agent = make(kind)
   batch = _fixed_batch(BATCH)  # [B, 2] Trajectory, HalfCheetah-shaped
   tf.nest.assert_same_structure(batch, agent.training_data_spec)
-  train = tf.function(agent.train)
+  train = tf.function(agent.train, autograph=False)
   losses = [float(train(batch).loss) for _ in range(200)]
   assert np.all(np.isfinite(losses))
   first, last = np.mean(losses[:10]), np.mean(losses[-10:])
@@ -83,7 +83,7 @@ def test_total_loss_falls_on_a_fixed_batch(kind):
 def test_checkpoint_restores_every_variable(kind, tmp_path):
   agent = make(kind, seed=0)
   batch = _fixed_batch(BATCH)
-  train = tf.function(agent.train)
+  train = tf.function(agent.train, autograph=False)
   for _ in range(3):
     train(batch)
   path = tf.train.Checkpoint(agent=agent).save(
@@ -129,7 +129,7 @@ def test_iql_actor_rate_decays_to_zero_over_train_steps():
   optimizer = agent._actor_optimizer
   rate = lambda: float(optimizer._decayed_lr(tf.float32))
   assert rate() == pytest.approx(3e-4)
-  train = tf.function(agent.train)
+  train = tf.function(agent.train, autograph=False)
   batch = _fixed_batch(BATCH)
   train(batch)
   train(batch)

@@ -90,7 +90,7 @@ def test_rebrac_critic_bc_term_is_zero_when_the_next_action_matches():
 def test_rebrac_critic_loss_falls_on_a_fixed_batch():
   agent = _rebrac()
   experience = _batch()
-  train = tf.function(agent.train)
+  train = tf.function(agent.train, autograph=False)
   losses = [float(train(experience).extra.critic_loss) for _ in range(200)]
   assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
   assert int(agent.train_step_counter) == 200
@@ -149,7 +149,8 @@ def test_cal_ql_losses_fall_on_a_fixed_batch():
   experience = _batch()
   returns = tf.constant(np.random.default_rng(1).normal(size=BATCH),
                         tf.float32)
-  train = tf.function(lambda e, g: agent.train(e, mc_return=g))
+  train = tf.function(lambda e, g: agent.train(e, mc_return=g),
+                      autograph=False)
   infos = [train(experience, returns) for _ in range(150)]
   critic = [float(i.extra.td_loss + i.extra.cql_loss) for i in infos]
   assert np.mean(critic[-10:]) < np.mean(critic[:10])

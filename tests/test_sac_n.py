@@ -174,7 +174,7 @@ def test_losses_fall_on_a_fixed_batch(make, eta):
                config=sac_n.SacNConfig(num_critics=5, eta=eta))
   assert agent._eta == (eta or 0.0)
   batch = _batch(agent)
-  train = tf.function(agent.train)
+  train = tf.function(agent.train, autograph=False)
   infos = [train(batch) for _ in range(200)]
   critic = [float(i.extra.critic_loss) for i in infos]
   print(f'critic loss, first 10 / last 10 steps: {np.mean(critic[:10]):.2f}'
