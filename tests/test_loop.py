@@ -144,3 +144,28 @@ def test_crash_after_evals_past_the_checkpoint_then_resume(tmp_path):
   steps = [r['env_steps'] for r in loop.Learner.read_eval_log(
       config.root_dir)]
   assert steps == [100, 200, 300, 400, 500, 600]
+
+
+def test_the_step_is_traced_unconverted_unless_it_converts_itself(
+    specs, tmp_path):
+  """The learner's loop runs the step as plain Python: a step that branches
+  on a tensor fails by name; wrapped in tf.function it converts itself."""
+  agent = agents.make_agent('bc', specs.time_step_spec, specs.action_spec)
+
+  def branching_step(batch):
+    loss = agent.train(batch).loss
+    if loss > 1e9:  # A Python branch on a tensor: needs autograph.
+      loss = loss * 0.0
+    return loss
+
+  batches = iter(tf.data.Dataset.from_tensors(_fixed_batch(32)).repeat())
+  plain = loop.Learner(agent, str(tmp_path / 'plain'),
+                       train_step_fn=branching_step)
+  with pytest.raises(tf.errors.OperatorNotAllowedInGraphError,
+                     match='as a Python `bool`'):
+    plain.train(batches, 2)
+  converting = loop.Learner(agent, str(tmp_path / 'converting'),
+                            train_step_fn=tf.function(branching_step))
+  before = int(agent.train_step_counter)
+  assert np.isfinite(converting.train(batches, 3))
+  assert int(agent.train_step_counter) == before + 3
