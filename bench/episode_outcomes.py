@@ -9,7 +9,9 @@ states the policy's own episodes reach. This runs each policy's greedy
 episodes, as the run's evaluation does (episode i seeded seed + i), and
 gives per episode: the return, whether the cheetah turned over (the
 torso's pitch, observation 1 of HalfCheetah, beyond +-pi/2) and from which
-step, and the mean forward speed. Over the visited states it measures how
+step, the mean forward speed, and where it left the data for good (the
+first of 50 steps in a row all further from every data state than the
+held-out states' 90th percentile). Over the visited states it measures how
 far they lie from the data's (the distance to the nearest of the data's
 states, each dimension scaled by the data's std) and, for agents with a
 critic ensemble (EDAC, SAC-N), what the critics say there: their minimum
@@ -90,6 +92,17 @@ def nearest_distance(states: np.ndarray, data: np.ndarray,
   return np.concatenate(out)
 
 
+def departure(distance: np.ndarray, threshold: float, run: int
+              ) -> Optional[int]:
+  """The first step of `run` consecutive steps all further than
+  `threshold` from the data (None: never): where an episode leaves it for
+  good, not one outlying step (a tenth of held-out data states lie past
+  their 90th percentile too)."""
+  beyond = np.concatenate([[0], np.cumsum(distance > threshold)])
+  full = np.flatnonzero(beyond[run:] - beyond[:-run] == run)
+  return int(full[0]) if full.size else None
+
+
 def run_episodes(policy: numpy_policy.NumpyPolicy, env_id: str,
                  num_episodes: int, seed: int) -> list[dict[str, Any]]:
   """Greedy episodes, one env each, seeded as the run's evaluation."""
@@ -139,11 +152,19 @@ def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,
 
 def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
              args: argparse.Namespace, data: np.ndarray, scale: np.ndarray,
-             rng: np.random.Generator) -> dict[str, Any]:
-  """One policy's episodes and the figures of its visited states."""
+             rng: np.random.Generator, off_data: float) -> dict[str, Any]:
+  """One policy's episodes and the figures of its visited states;
+  `off_data`: the distance past which a state counts as off the data."""
   episodes = run_episodes(policy, args.env, args.episodes, args.seed)
-  rows = [episode_figures(e['observations'], e['return'], args.env)
-          for e in episodes]
+  rows = []
+  for e in episodes:
+    distance = nearest_distance(e['observations'], data, scale)
+    rows.append({**episode_figures(e['observations'], e['return'], args.env),
+                 'off_data_share': round(float(np.mean(distance > off_data)),
+                                         3),
+                 'left_data_at': departure(distance, off_data,
+                                           args.departure_steps)})
+  left = [r['left_data_at'] for r in rows if r['left_data_at'] is not None]
   visited = np.concatenate([e['observations'] for e in episodes])
   visited = visited[rng.choice(len(visited), min(args.states, len(visited)),
                                replace=False)]
@@ -156,6 +177,8 @@ def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
                                   for r in rows),
       'distance_median': round(float(np.median(distance)), 2),
       'distance_p90': round(float(np.percentile(distance, 90)), 2),
+      'left_data_episodes': len(left),
+      'left_data_at_median': float(np.median(left)) if left else None,
       'episodes': rows}
   if critic is not None:
     figures['critic_visited'] = critic_figures(critic, policy, visited)
@@ -187,6 +210,10 @@ def main() -> None:
                       'many held out).')
   parser.add_argument('--states', type=int, default=5000,
                       help='Visited states sampled for the distances.')
+  parser.add_argument('--departure_steps', type=int, default=50,
+                      help='An episode has left the data at the first of '
+                      'this many consecutive steps all further from it than '
+                      'the held-out states\' 90th percentile.')
   parser.add_argument('--seed', type=int, default=0)
   args = parser.parse_args()
   if not args.checkpoints and not args.policy_files:
@@ -201,6 +228,7 @@ def main() -> None:
   scale = data.std(axis=0) + 1e-6
   held = held_out[rng.choice(len(held_out), args.states, replace=False)]
   reference = nearest_distance(held, data, scale)
+  off_data = float(np.percentile(reference, 90))
   specs = envs.env_specs(args.env)
   rows = []
   for path in filter(None, args.checkpoints.split(',')):
@@ -212,12 +240,13 @@ def main() -> None:
     status.expect_partial().assert_existing_objects_matched()
     rows.append({'checkpoint': path, **outcomes(
         run.export_policy(agent, args.agent, specs),
-        getattr(agent, 'critic_network', None), args, data, scale, rng)})
+        getattr(agent, 'critic_network', None), args, data, scale, rng,
+        off_data)})
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)
   for path in filter(None, args.policy_files.split(',')):
     rows.append({'policy_file': path, **outcomes(
-        numpy_policy.load(path), None, args, data, scale, rng)})
+        numpy_policy.load(path), None, args, data, scale, rng, off_data)})
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)
   print(json.dumps({

@@ -303,6 +303,11 @@ def test_episode_outcomes_figures():
                   ).min(axis=1)
   np.testing.assert_allclose(probe.nearest_distance(states, data, scale),
                              brute, rtol=1e-4, atol=1e-4)
+  # Left for good where a run of 3 beyond 1.0 starts, not at an outlier.
+  distance = np.array([0.2, 1.5, 0.3, 1.2, 1.1, 0.9, 1.3, 1.4, 2.0, 0.1])
+  assert probe.departure(distance, 1.0, 3) == 6
+  assert probe.departure(distance, 1.0, 4) is None
+  assert probe.departure(np.full(5, 2.0), 1.0, 5) == 0
   observations = np.zeros((10, 17))
   observations[4:7, probe.PITCH] = [1.6, -3.0, 1.5]  # Over at 4 and 5.
   observations[:, probe.SPEED] = 2.0
