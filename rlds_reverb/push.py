@@ -399,10 +399,19 @@ def push_rlds_to_table(
   start = time.perf_counter()
   planned_items = 0
   since_barrier = 0
+  pending = None  # The episode being handed over, until counted.
 
   def barrier(reason: str) -> None:
+    # The writer's position and items come from its threads, together: a
+    # Ctrl-C between handing an episode over and counting it here must not
+    # record its items without it (a resume would write it twice).
+    written = writer.position
+    if (written is not None and written > stats.position
+        and pending is not None):
+      _count_episode(stats, pending)
     stats.items = stats.confirmed_items = writer.items
-    stats.confirmed_position = stats.position
+    stats.confirmed_position = (written if written is not None else
+                                stats.confirmed_position)
     stats.seconds = time.perf_counter() - start
     if on_barrier is not None:
       on_barrier(stats, reason)
@@ -451,9 +460,12 @@ def push_rlds_to_table(
             f'items written so far '
             f'({episode_range(first_episode, stats.position)}), episode '
             f'{index} makes {planned.items} more')
-      writer.write(tf.nest.flatten(episode.trajectory), step_type, planned)
+      pending = episode
+      writer.write(tf.nest.flatten(episode.trajectory), step_type, planned,
+                   position=first_episode + int(episode.next_episode_index))
       planned_items += planned.items
       _count_episode(stats, episode)
+      pending = None
       stats.items = writer.items
       stats.seconds = time.perf_counter() - start
       if progress is not None:

@@ -269,13 +269,17 @@ class ParallelWriter:
     self._abort = threading.Event()
     self._join_timeout_s = join_timeout_s
     self._threads = [
-        threading.Thread(target=self._run, args=(w, q), daemon=True)
-        for w, q in zip(self._writers, self._queues)]
+        threading.Thread(target=self._run, args=(i, w, q), daemon=True)
+        for i, (w, q) in enumerate(zip(self._writers, self._queues))]
+    # Per worker, the dataset position after the last episode it wrote: set
+    # on the worker's thread right after its items, so the two agree however
+    # the caller's thread is interrupted (Ctrl-C lands there only).
+    self._positions: List[Optional[int]] = [None] * num_workers
     for thread in self._threads:
       thread.start()
     self._next = 0
 
-  def _run(self, writer: Any, work_queue: queue.Queue) -> None:
+  def _run(self, index: int, writer: Any, work_queue: queue.Queue) -> None:
     while True:
       work = work_queue.get()
       if work is None:
@@ -291,15 +295,27 @@ class ParallelWriter:
         continue
       if self._errors or self._abort.is_set():
         continue  # Drain without writing once a sibling failed.
+      columns, plan, position = work
       try:
-        writer.write_planned(*work)
+        writer.write_planned(columns, plan)
       except BaseException as e:  # pylint: disable=broad-except
         self._errors.append(e)
+      else:
+        if position is not None:
+          self._positions[index] = position
 
   @property
   def items(self) -> int:
     """Items created so far (handed to Reverb; not all confirmed yet)."""
     return sum(writer.items for writer in self._writers)
+
+  @property
+  def position(self) -> Optional[int]:
+    """The `position` given with the latest episode written (None before
+    any): once `flush` or `close` returned, `items` holds the items of every
+    episode handed over up to it, and of none after."""
+    written = [p for p in self._positions if p is not None]
+    return max(written) if written else None
 
   def _raise_if_failed(self) -> None:
     if self._errors:
@@ -327,11 +343,13 @@ class ParallelWriter:
     return planned
 
   def write(self, columns: Sequence[np.ndarray], step_type: np.ndarray,
-            planned: Optional[Planned] = None) -> None:
-    """Queues an episode (planned with `plan`, or planned here)."""
+            planned: Optional[Planned] = None,
+            position: Optional[int] = None) -> None:
+    """Queues an episode (planned with `plan`, or planned here); `position`
+    (increasing) is where it ends in the dataset, see `position`."""
     if planned is None:
       planned = self.plan(step_type)
-    self._put(self._queues[planned.writer], (columns, planned.plan))
+    self._put(self._queues[planned.writer], (columns, planned.plan, position))
 
   def flush(self) -> None:
     """Waits until every item written so far is confirmed by the server.

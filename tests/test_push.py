@@ -12,6 +12,7 @@ import re
 import tempfile
 import time
 from typing import Any, List
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -684,6 +685,41 @@ class DurabilityTest(_ServerTestCase):
     self.assertTrue(resumed.complete)
     keys = sorted(s.data.observation.tobytes() for s in self.drain('ours'))
     self.assertLen(set(keys), 30)
+
+  def test_a_stop_between_writing_and_counting_keeps_every_item_once(self):
+    # Ctrl-C can land after an episode was handed to the writers and before
+    # the push counted it: its items reach the table, so the stop must
+    # record it too, or a resume writes it a second time.
+    ledger = self.ledger()
+    count = push._count_episode
+    interrupted = []
+
+    def interrupt_before_counting_episode_4(stats, episode):
+      if int(episode.episode_index) == 4 and not interrupted:
+        interrupted.append(True)
+        raise KeyboardInterrupt
+      count(stats, episode)
+
+    stats = push.PushStats()
+    with mock.patch.object(push, '_count_episode',
+                           interrupt_before_counting_episode_4):
+      with self.assertRaises(KeyboardInterrupt):
+        rlds_reverb.push_rlds_to_table(
+            fx.make_rlds(self.episodes), self.client, 'ours', stats=stats,
+            checkpoint_every=2, on_barrier=ledger.on_barrier, num_workers=2)
+    self.assertEqual((stats.episodes, stats.confirmed_position,
+                      stats.confirmed_items), (5, 5, 15))
+    with open(self.state_path) as f:
+      last = json.load(f)['points'][-1]
+    self.assertEqual((last['episodes'], last['items'], last['table_size'],
+                      last['reason']), (5, 15, 15, 'stopped'))
+    resumed = self.ledger(resume=True)
+    self.assertEqual(resumed.first_episode, 5)
+    rlds_reverb.push_rlds_to_table(
+        fx.make_rlds(self.episodes).skip(5), self.client, 'ours',
+        on_barrier=resumed.on_barrier, first_episode=5)
+    keys = [s.data.observation.tobytes() for s in self.drain('ours')]
+    self.assertEqual((len(keys), len(set(keys))), (30, 30))
 
   def test_a_stop_that_cannot_be_recorded_is_said(self):
     ledger = self.ledger('uniform')  # A queue's size is not checked.
