@@ -156,9 +156,10 @@ def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
   """One policy's episodes and the figures of its visited states;
   `off_data`: the distance past which a state counts as off the data."""
   episodes = run_episodes(policy, args.env, args.episodes, args.seed)
-  rows = []
+  rows, distances = [], []
   for e in episodes:
     distance = nearest_distance(e['observations'], data, scale)
+    distances.append(distance)
     rows.append({**episode_figures(e['observations'], e['return'], args.env),
                  'off_data_share': round(float(np.mean(distance > off_data)),
                                          3),
@@ -166,9 +167,9 @@ def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
                                            args.departure_steps)})
   left = [r['left_data_at'] for r in rows if r['left_data_at'] is not None]
   visited = np.concatenate([e['observations'] for e in episodes])
-  visited = visited[rng.choice(len(visited), min(args.states, len(visited)),
-                               replace=False)]
-  distance = nearest_distance(visited, data, scale)
+  sample = rng.choice(len(visited), min(args.states, len(visited)),
+                      replace=False)
+  visited, distance = visited[sample], np.concatenate(distances)[sample]
   scores = [row['score'] for row in rows]
   figures = {
       'score_mean': round(float(np.mean(scores)), 1),

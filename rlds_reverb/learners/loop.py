@@ -152,8 +152,6 @@ class Learner:
       # Autograph converts only this loop: converting every function the
       # step calls (TF-Agents' and ours, none of which needs it) costs
       # most of a short run's start-up.
-      train_step_fn = tf.autograph.experimental.do_not_convert(
-          self._train_step_fn)
       as_is = tf.autograph.experimental.do_not_convert
 
       @tf.function
@@ -163,7 +161,7 @@ class Learner:
           with tf.summary.record_if(
               tf.equal(agent.train_step_counter % interval, 0)):
             batch = as_is(source)() if callable(source) else next(source)
-            loss = train_step_fn(batch)
+            loss = as_is(self._train_step_fn)(batch)
           # A non-finite loss ends the call at the step that made it
           # (one scalar check per step).
           if not tf.math.is_finite(loss):
