@@ -15,7 +15,9 @@ held-out states' 90th percentile). Over the visited states it measures how
 far they lie from the data's (the distance to the nearest of the data's
 states, each dimension scaled by the data's std) and, for agents with a
 critic ensemble (EDAC, SAC-N), what the critics say there: their minimum
-and spread at the greedy action, against the same on the data's states.
+and spread at the greedy action, against the same on the data's states;
+with `--critic_reference`, also at another policy's actions (the data's
+own policy) and how often they rate those above the actor's own.
 
 Prints ONE JSON line. The reference is the data itself: the share of the
 data's states turned over and the same nearest-state distance for
@@ -141,20 +143,40 @@ def episode_figures(observations: np.ndarray, episode_return: float,
           if over.size else None)}
 
 
-def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,
-                   states: np.ndarray) -> dict[str, float]:
-  """The ensemble's minimum and spread at the greedy action."""
+def critic_values(critic: Any, policy: numpy_policy.NumpyPolicy,
+                  states: np.ndarray) -> np.ndarray:
+  """The ensemble's values at the greedy action, [states, critics]."""
   actions = policy.greedy(states).astype(np.float32)
-  q = critic((states.astype(np.float32), actions))[0].numpy()  # [B, N]
-  return {'min_q': round(float(q.min(axis=1).mean()), 1),
-          'q_std': round(float(q.std(axis=1).mean()), 2)}
+  return critic((states.astype(np.float32), actions))[0].numpy()
+
+
+def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,
+                   states: np.ndarray,
+                   reference: Optional[numpy_policy.NumpyPolicy] = None
+                   ) -> dict[str, float]:
+  """The ensemble's minimum and spread at the greedy action; with a
+  `reference` policy, its minimum at the reference's actions too and the
+  share of states where that beats the policy's own: whether the critics
+  would lead the actor elsewhere at these states, or agree with it."""
+  q = critic_values(critic, policy, states)
+  figures = {'min_q': round(float(q.min(axis=1).mean()), 1),
+             'q_std': round(float(q.std(axis=1).mean()), 2)}
+  if reference is not None:
+    other = critic_values(critic, reference, states).min(axis=1)
+    figures['reference_min_q'] = round(float(other.mean()), 1)
+    figures['reference_preferred_share'] = round(
+        float(np.mean(other > q.min(axis=1))), 3)
+  return figures
 
 
 def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
              args: argparse.Namespace, data: np.ndarray, scale: np.ndarray,
-             rng: np.random.Generator, off_data: float) -> dict[str, Any]:
+             rng: np.random.Generator, off_data: float,
+             reference: Optional[numpy_policy.NumpyPolicy] = None
+             ) -> dict[str, Any]:
   """One policy's episodes and the figures of its visited states;
-  `off_data`: the distance past which a state counts as off the data."""
+  `off_data`: the distance past which a state counts as off the data;
+  `reference`: a policy whose actions the critics rate there too."""
   episodes = run_episodes(policy, args.env, args.episodes, args.seed)
   rows, distances = [], []
   for e in episodes:
@@ -182,9 +204,10 @@ def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
       'left_data_at_median': float(np.median(left)) if left else None,
       'episodes': rows}
   if critic is not None:
-    figures['critic_visited'] = critic_figures(critic, policy, visited)
+    figures['critic_visited'] = critic_figures(critic, policy, visited,
+                                               reference)
     held = data[rng.choice(len(data), len(visited), replace=False)]
-    figures['critic_data'] = critic_figures(critic, policy, held)
+    figures['critic_data'] = critic_figures(critic, policy, held, reference)
   return figures
 
 
@@ -204,6 +227,10 @@ def main() -> None:
   parser.add_argument('--policy_files', default='',
                       help='Comma-separated numpy policies (e.g. the ones '
                       'that recorded the data).')
+  parser.add_argument('--critic_reference', default='',
+                      help='A numpy policy (e.g. the one that recorded the '
+                      'data) whose actions the checkpoints\' critics rate '
+                      'at the same states as their own actor\'s.')
   parser.add_argument('--episodes', type=int, default=20,
                       help='Greedy episodes per policy.')
   parser.add_argument('--data_episodes', type=int, default=50,
@@ -231,6 +258,8 @@ def main() -> None:
   reference = nearest_distance(held, data, scale)
   off_data = float(np.percentile(reference, 90))
   specs = envs.env_specs(args.env)
+  reference_policy = (numpy_policy.load(args.critic_reference)
+                      if args.critic_reference else None)
   rows = []
   for path in filter(None, args.checkpoints.split(',')):
     agent = agents.make_agent(args.agent, specs.time_step_spec,
@@ -242,7 +271,7 @@ def main() -> None:
     rows.append({'checkpoint': path, **outcomes(
         run.export_policy(agent, args.agent, specs),
         getattr(agent, 'critic_network', None), args, data, scale, rng,
-        off_data)})
+        off_data, reference_policy)})
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)
   for path in filter(None, args.policy_files.split(',')):
@@ -254,6 +283,7 @@ def main() -> None:
       'probe': 'episode_outcomes', 'dataset': args.dataset,
       'agent': args.agent, 'gin_files': args.gin_file,
       'critic_dtype': args.critic_dtype, 'seed': args.seed,
+      'critic_reference': args.critic_reference or None,
       'episodes_per_policy': args.episodes,
       'reference': {
           'data_turned_over_share': round(float(np.mean(

@@ -328,3 +328,33 @@ def test_episode_outcomes_figures():
   assert row['turned_over_from'] is None and row['score'] > 25
   assert row['speed_after_turning_over'] is None
   assert row['speed'] > 2.0
+
+
+class _ConstantPolicy:
+  def __init__(self, value: float):
+    self.value = value
+
+  def greedy(self, states: np.ndarray) -> np.ndarray:
+    return np.full((len(states), 6), self.value, np.float32)
+
+
+def test_episode_outcomes_rates_a_reference_policys_actions():
+  """The critics' minimum at the actor's and a reference's actions, and
+  the share of states where the reference's is higher (two critics that
+  peak at action 0.5, one a unit above the other)."""
+  probe = bench_module('episode_outcomes')
+
+  def critic(inputs):
+    peak = -tf.reduce_sum((inputs[1] - 0.5)**2, axis=1)
+    return (tf.stack([peak, peak + 1.0], axis=1),)
+
+  states = np.zeros((8, 17), np.float32)
+  own, near_the_peak = _ConstantPolicy(0.0), _ConstantPolicy(0.4)
+  figures = probe.critic_figures(critic, own, states, near_the_peak)
+  assert figures['min_q'] == pytest.approx(-1.5)
+  assert figures['q_std'] == pytest.approx(0.5)
+  assert figures['reference_min_q'] == pytest.approx(-0.1, abs=0.05)
+  assert figures['reference_preferred_share'] == 1.0
+  figures = probe.critic_figures(critic, near_the_peak, states, own)
+  assert figures['reference_preferred_share'] == 0.0
+  assert 'reference_min_q' not in probe.critic_figures(critic, own, states)
