@@ -17,7 +17,9 @@ states, each dimension scaled by the data's std) and, for agents with a
 critic ensemble (EDAC, SAC-N), what the critics say there: their minimum
 and spread at the greedy action, against the same on the data's states;
 with `--critic_reference`, also at another policy's actions (the data's
-own policy) and how often they rate those above the actor's own.
+own policy) and how often they rate those above the actor's own; with
+`--critics_from`, another checkpoint's critics do the rating, so actors
+and critics of two moments of a run can be crossed.
 
 Prints ONE JSON line. The reference is the data itself: the share of the
 data's states turned over and the same nearest-state distance for
@@ -231,6 +233,11 @@ def main() -> None:
                       help='A numpy policy (e.g. the one that recorded the '
                       'data) whose actions the checkpoints\' critics rate '
                       'at the same states as their own actor\'s.')
+  parser.add_argument('--critics_from', default='',
+                      help='A checkpoint of the same run whose critics rate '
+                      'every --checkpoints policy instead of its own: '
+                      'crossing actors and critics of two moments tells '
+                      'which of them changed.')
   parser.add_argument('--episodes', type=int, default=20,
                       help='Greedy episodes per policy.')
   parser.add_argument('--data_episodes', type=int, default=50,
@@ -260,18 +267,25 @@ def main() -> None:
   specs = envs.env_specs(args.env)
   reference_policy = (numpy_policy.load(args.critic_reference)
                       if args.critic_reference else None)
-  rows = []
-  for path in filter(None, args.checkpoints.split(',')):
+  def restore(path: str) -> Any:
     agent = agents.make_agent(args.agent, specs.time_step_spec,
                               specs.action_spec, agents.AgentConfig(
                                   seed=args.seed,
                                   critic_dtype=args.critic_dtype))
     status = tf.train.Checkpoint(agent=agent).restore(path)
     status.expect_partial().assert_existing_objects_matched()
+    return agent
+
+  critics_from = (restore(args.critics_from).critic_network
+                  if args.critics_from else None)
+  rows = []
+  for path in filter(None, args.checkpoints.split(',')):
+    agent = restore(path)
+    critic = (critics_from if critics_from is not None else
+              getattr(agent, 'critic_network', None))
     rows.append({'checkpoint': path, **outcomes(
-        run.export_policy(agent, args.agent, specs),
-        getattr(agent, 'critic_network', None), args, data, scale, rng,
-        off_data, reference_policy)})
+        run.export_policy(agent, args.agent, specs), critic, args, data,
+        scale, rng, off_data, reference_policy)})
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)
   for path in filter(None, args.policy_files.split(',')):
@@ -284,6 +298,7 @@ def main() -> None:
       'agent': args.agent, 'gin_files': args.gin_file,
       'critic_dtype': args.critic_dtype, 'seed': args.seed,
       'critic_reference': args.critic_reference or None,
+      'critics_from': args.critics_from or None,
       'episodes_per_policy': args.episodes,
       'reference': {
           'data_turned_over_share': round(float(np.mean(
