@@ -19,7 +19,10 @@ and spread at the greedy action, against the same on the data's states;
 with `--critic_reference`, also at another policy's actions (the data's
 own policy) and how often they rate those above the actor's own; with
 `--critics_from`, another checkpoint's critics do the rating, so actors
-and critics of two moments of a run can be crossed.
+and critics of two moments of a run can be crossed. Along each episode
+it also measures the critics' Bellman gap: their value of the greedy
+action less the step's reward and their discounted value of the next
+state, first step apart (the reset state, a data state).
 
 Prints ONE JSON line. The reference is the data itself: the share of the
 data's states turned over and the same nearest-state distance for
@@ -115,17 +118,18 @@ def run_episodes(policy: numpy_policy.NumpyPolicy, env_id: str,
     env = envs.make_env(env_id)
     try:
       obs, _ = env.reset(seed=seed + i)
-      observations, total, done = [obs], 0.0, False
+      observations, rewards, done = [obs], [], False
       while not done:
         action = policy.greedy(obs[None].astype(np.float32))[0]
         obs, reward, terminated, truncated, _ = env.step(action)
         observations.append(obs)
-        total += float(reward)
+        rewards.append(float(reward))
         done = terminated or truncated
     finally:
       env.close()
-    episodes.append({'return': total,
-                     'observations': np.asarray(observations, np.float32)})
+    episodes.append({'return': float(np.sum(rewards)),
+                     'observations': np.asarray(observations, np.float32),
+                     'rewards': np.asarray(rewards, np.float32)})
   return episodes
 
 
@@ -171,6 +175,18 @@ def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,
   return figures
 
 
+def bellman_gap(critic: Any, policy: numpy_policy.NumpyPolicy,
+                observations: np.ndarray, rewards: np.ndarray,
+                gamma: float) -> np.ndarray:
+  """Per step of an episode, the critics' minimum at the greedy action
+  less what the step then earned: reward plus the discounted minimum at
+  the next state (greedy action, no entropy term; HalfCheetah never
+  terminates). Positive: the critics promised more than the step gave,
+  the overestimate that draws an actor to an action."""
+  q = critic_values(critic, policy, observations).min(axis=1)
+  return q[:-1] - (rewards + gamma * q[1:])
+
+
 def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
              args: argparse.Namespace, data: np.ndarray, scale: np.ndarray,
              rng: np.random.Generator, off_data: float,
@@ -206,6 +222,17 @@ def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
       'left_data_at_median': float(np.median(left)) if left else None,
       'episodes': rows}
   if critic is not None:
+    gaps = np.stack([bellman_gap(critic, policy, e['observations'],
+                                 e['rewards'] * args.reward_scale,
+                                 args.gamma) for e in episodes])
+    figures['bellman_gap'] = {
+        'first_step': round(float(gaps[:, 0].mean()), 1),
+        'steps_1_to_9': round(float(gaps[:, 1:10].mean()), 1),
+        'all_steps': round(float(gaps.mean()), 2)}
+    # The reset states are data states, but each data episode has one.
+    figures['critic_reset_states'] = critic_figures(
+        critic, policy, np.stack([e['observations'][0] for e in episodes]),
+        reference)
     figures['critic_visited'] = critic_figures(critic, policy, visited,
                                                reference)
     held = data[rng.choice(len(data), len(visited), replace=False)]
@@ -238,6 +265,10 @@ def main() -> None:
                       'every --checkpoints policy instead of its own: '
                       'crossing actors and critics of two moments tells '
                       'which of them changed.')
+  parser.add_argument('--gamma', type=float, default=0.99,
+                      help='The run\'s discount, for the Bellman gap.')
+  parser.add_argument('--reward_scale', type=float, default=1.0,
+                      help='The run\'s reward scale, for the Bellman gap.')
   parser.add_argument('--episodes', type=int, default=20,
                       help='Greedy episodes per policy.')
   parser.add_argument('--data_episodes', type=int, default=50,

@@ -358,3 +358,8 @@ def test_episode_outcomes_rates_a_reference_policys_actions():
   figures = probe.critic_figures(critic, near_the_peak, states, own)
   assert figures['reference_preferred_share'] == 0.0
   assert 'reference_min_q' not in probe.critic_figures(critic, own, states)
+  # Values -1.5 (min) everywhere: a step that earns reward 1 gives the gap
+  # -1.5 - (1 + 0.5 * -1.5) = -1.75.
+  gap = probe.bellman_gap(critic, own, np.zeros((4, 17), np.float32),
+                          np.ones(3, np.float32), gamma=0.5)
+  np.testing.assert_allclose(gap, [-1.75] * 3, rtol=1e-6)
