@@ -9,12 +9,21 @@ the same seed replaces the earlier one; mean and std (population, as
 bench/offline.py) are over the row's seeds. Runs with bfloat16 critics (`critic_dtype`) are rows of
 their own, marked with that field.
 
+`--runs DIR ...` adds the long runs still short of their step budget, read
+from their run directories (config.json, eval.jsonl), so the JSON shows
+where they stand instead of only their earlier short rows: one row per run
+at its last evaluation, marked `"complete": false`, with its target steps,
+best score, the mean of its last 10 evaluations and the settings changed
+on a resume. A finished run is left to its bench line.
+
   python bench/offline_summary.py images/results/offline_rl/*.jsonl \
-      > docs/results/offline.json
+      [--runs runs/offline_rl/NAME/AGENT_seed0 ...] > docs/results/offline.json
 """
 
+import argparse
 import json
-import sys
+import os
+import time
 
 import numpy as np
 
@@ -22,6 +31,9 @@ import numpy as np
 # policy was chosen for); the other files' figures were not at hand offline
 # and are left out rather than guessed.
 D4RL_BEHAVIOUR = {'medium': 4770.0}
+# Evaluations averaged for a run under way: one alone swings by tens of
+# points where episodes turn the cheetah over.
+RECENT_EVALUATIONS = 10
 
 
 def summarize(paths: list[str]) -> dict:
@@ -62,9 +74,67 @@ def summarize(paths: list[str]) -> dict:
   return {'rows': merged, 'behaviour_returns': behaviour}
 
 
-def main(paths: list[str]) -> None:
-  print(json.dumps(summarize(paths)))
+def runs_under_way(run_dirs: list[str], rows: list[dict]) -> list[dict]:
+  """Rows of the runs in `run_dirs` that stopped short of their budget.
+
+  The dataset kind and CORL's figure come from `rows` (the bench lines) of
+  the same dataset path and agent: a run's config knows its path, not the
+  kind the bench was told.
+  """
+  kinds = {os.path.basename(os.path.normpath(row['path'])): row['dataset']
+           for row in rows}
+  corl = {(row['agent'], row['dataset']): row['corl'] for row in rows}
+  under_way = []
+  for run_dir in run_dirs:
+    with open(os.path.join(run_dir, 'config.json')) as f:
+      config = json.load(f)
+    with open(os.path.join(run_dir, 'eval.jsonl')) as f:
+      evaluations = [json.loads(line) for line in f if line.strip()]
+    evaluations = [e for e in evaluations if e.get('phase') == 'offline']
+    if not evaluations:
+      raise ValueError(f'{run_dir}/eval.jsonl holds no offline evaluation.')
+    last = evaluations[-1]
+    if last['train_step'] >= config['train_steps']:
+      continue
+    path = os.path.basename(os.path.normpath(config['dataset']))
+    if path not in kinds:
+      raise ValueError(
+          f'{run_dir}: no bench line trains on dataset {path!r}, so its '
+          f'kind is unknown; pass a .jsonl of that dataset before --runs.')
+    kind, agent = kinds[path], config['agent']
+    scores = [e['normalized_score'] for e in evaluations]
+    dtype = config['agent_config'].get('critic_dtype', 'float32')
+    under_way.append({
+        'agent': agent, 'dataset': kind, 'path': config['dataset'],
+        'gradient_steps': last['train_step'], 'seeds': [config['seed']],
+        'scores': [round(scores[-1], 2)], 'mean': round(scores[-1], 2),
+        'std': 0.0, 'corl': corl.get((agent, kind)),
+        'date': time.strftime('%Y-%m-%d', time.gmtime(last['time'])),
+        'complete': False, 'target_steps': config['train_steps'],
+        'best': round(max(scores), 2),
+        f'mean_last_{RECENT_EVALUATIONS}_evaluations': round(
+            float(np.mean(scores[-RECENT_EVALUATIONS:])), 2),
+        **({} if dtype == 'float32' else {'critic_dtype': dtype}),
+        # Settings changed on a resume (a dtype that suits another CPU).
+        **({'resumed_with_changes': config['resumed_with_changes']}
+           if config.get('resumed_with_changes') else {})})
+  return under_way
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('paths', nargs='*',
+                      help="bench/offline.py JSON lines (.jsonl), in order: "
+                      "later lines join or replace earlier ones.")
+  parser.add_argument('--runs', nargs='*', default=[],
+                      help='Run directories of long runs still short of '
+                      'their step budget, added as rows of their last '
+                      'evaluation.')
+  args = parser.parse_args(argv)
+  summary = summarize(args.paths)
+  summary['rows'] += runs_under_way(args.runs, summary['rows'])
+  print(json.dumps(summary))
 
 
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  main()

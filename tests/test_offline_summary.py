@@ -1,4 +1,5 @@
-"""bench/offline_summary.py: rows of added seeds join the earlier ones."""
+"""bench/offline_summary.py: rows of added seeds join the earlier ones; runs
+under way add rows of their last evaluation."""
 
 import json
 
@@ -44,3 +45,54 @@ def test_bfloat16_runs_are_rows_of_their_own(tmp_path):
   rows = bench_module('offline_summary').summarize([str(path)])['rows']
   assert [(r['scores'], r.get('critic_dtype')) for r in rows] == [
       ([45.0], None), ([44.0], 'bfloat16')]
+
+
+def _run_dir(tmp_path, steps, scores, *, train_steps=1_000_000,
+             dataset='data/m'):
+  run_dir = tmp_path / 'cql_sac_seed0'
+  run_dir.mkdir()
+  (run_dir / 'config.json').write_text(json.dumps({
+      'agent': 'cql_sac', 'dataset': dataset, 'seed': 0,
+      'train_steps': train_steps,
+      'agent_config': {'critic_dtype': 'bfloat16'},
+      'resumed_with_changes': [{'from_step': 20, 'changes': {
+          'agent_config.critic_dtype': ['float32', 'bfloat16']}}]}))
+  (run_dir / 'eval.jsonl').write_text(''.join(
+      json.dumps({'train_step': step, 'normalized_score': score,
+                  'time': 1795830788.8, 'phase': 'offline'}) + '\n'
+      for step, score in zip(steps, scores)))
+  return str(run_dir)
+
+
+def test_a_run_under_way_is_a_row_of_its_last_evaluation(tmp_path):
+  path = tmp_path / 'a.jsonl'
+  path.write_text(_line([0], [45.0]) + '\n')
+  run_dir = _run_dir(tmp_path, range(10, 130, 10), [float(i) for i in
+                                                      range(12)])
+  summary = bench_module('offline_summary')
+  rows = summary.summarize([str(path)])['rows']
+  (row,) = summary.runs_under_way([run_dir], rows)
+  assert row['dataset'] == 'medium' and row['corl'] == 47.04
+  assert row['gradient_steps'] == 120 and row['scores'] == [11.0]
+  assert row['complete'] is False and row['target_steps'] == 1_000_000
+  assert row['best'] == 11.0
+  assert row['mean_last_10_evaluations'] == pytest.approx(6.5)  # 2..11
+  assert row['critic_dtype'] == 'bfloat16'
+  assert row['resumed_with_changes'][0]['from_step'] == 20
+  assert row['date'] == '2026-11-28'
+
+
+def test_a_finished_run_is_left_to_its_bench_line(tmp_path):
+  path = tmp_path / 'a.jsonl'
+  path.write_text(_line([0], [45.0]) + '\n')
+  run_dir = _run_dir(tmp_path, [10, 20], [1.0, 2.0], train_steps=20)
+  summary = bench_module('offline_summary')
+  assert summary.runs_under_way(
+      [run_dir], summary.summarize([str(path)])['rows']) == []
+
+
+def test_a_run_on_a_dataset_no_line_names_is_an_error(tmp_path):
+  run_dir = _run_dir(tmp_path, [10], [1.0], dataset='data/other')
+  with pytest.raises(ValueError, match="no bench line trains on dataset "
+                     "'other'"):
+    bench_module('offline_summary').runs_under_way([run_dir], [])
