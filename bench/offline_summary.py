@@ -16,8 +16,13 @@ at its last evaluation, marked `"complete": false`, with its target steps,
 best score, the mean of its last 10 evaluations and the settings changed
 on a resume. A finished run is left to its bench line.
 
+`--markdown` prints the table docs/results/offline.md opens with instead:
+one line per agent and dataset kind, the 30k row over its seeds beside the
+longest run and CORL's figure.
+
   python bench/offline_summary.py images/results/offline_rl/*.jsonl \
-      [--runs runs/offline_rl/NAME/AGENT_seed0 ...] > docs/results/offline.json
+      [--runs runs/offline_rl/NAME/AGENT_seed0 ...] [--markdown] \
+      > docs/results/offline.json
 """
 
 import argparse
@@ -121,6 +126,57 @@ def runs_under_way(run_dirs: list[str], rows: list[dict]) -> list[dict]:
   return under_way
 
 
+AGENT_NAMES = {'bc': 'BC', 'td3_bc': 'TD3+BC', 'cql_sac': 'CQL-SAC',
+               'iql': 'IQL', 'awac': 'AWAC', 'rebrac': 'ReBRAC',
+               'edac': 'EDAC'}
+DATASET_KINDS = ('medium', 'medium-replay', 'medium-expert')
+SHORT_BUDGET = 30_000  # The gradient steps of the 3-seed rows.
+WITHIN = 5.0  # The issue's target: within 5 points of CORL.
+
+
+def _steps(steps: int) -> str:
+  return f'{steps // 1_000_000}M' if steps % 1_000_000 == 0 else (
+      f'{steps // 1000}k')
+
+
+def markdown_table(rows: list[dict]) -> str:
+  """CORL's table, ours beside it: the short 3-seed row, the longest run,
+  and the gap to CORL's of the longest budget's score (of a run under way,
+  the mean of its last evaluations)."""
+  lines = [
+      '| agent | dataset | 30k steps, mean +- std (seeds) | longest run '
+      '(seed 0) | CORL (1M; EDAC 3M) | gap to CORL (longest run) |',
+      '|---|---|---:|---:|---:|---:|']
+  for kind in DATASET_KINDS:
+    for agent, name in AGENT_NAMES.items():
+      mine = [r for r in rows if r['agent'] == agent and r['dataset'] == kind]
+      if not mine:
+        continue
+      short = max((r for r in mine if r['gradient_steps'] == SHORT_BUDGET),
+                  key=lambda r: len(r['seeds']), default=None)
+      longest = max((r for r in mine if r['gradient_steps'] > SHORT_BUDGET),
+                    key=lambda r: r['gradient_steps'], default=None)
+      short_cell = '' if short is None else (
+          f"{short['mean']:.1f} +- {short['std']:.1f} ({len(short['seeds'])})")
+      long_cell, score = '', None if short is None else short['mean']
+      if longest is not None:
+        score = longest['mean']
+        long_cell = f"{score:.1f} at {_steps(longest['gradient_steps'])}"
+        if longest.get('complete') is False:
+          # One evaluation of a run under way can be its best or its worst.
+          score = longest[f'mean_last_{RECENT_EVALUATIONS}_evaluations']
+          long_cell += (f" (under way to {_steps(longest['target_steps'])};"
+                        f" best {longest['best']:.1f}, last "
+                        f"{RECENT_EVALUATIONS} evaluations {score:.1f})")
+      corl = mine[0]['corl']
+      gap = '' if corl is None or score is None else (
+          f'{score - corl:+.1f}' + (' (within 5)' if abs(score - corl)
+                                    <= WITHIN else ''))
+      lines.append(f"| {name} | {kind} | {short_cell} | {long_cell} | "
+                   f"{'' if corl is None else f'{corl:.1f}'} | {gap} |")
+  return '\n'.join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('paths', nargs='*',
@@ -130,10 +186,14 @@ def main(argv: list[str] | None = None) -> None:
                       help='Run directories of long runs still short of '
                       'their step budget, added as rows of their last '
                       'evaluation.')
+  parser.add_argument('--markdown', action='store_true',
+                      help='Print the markdown table of the rows instead of '
+                      'the JSON line.')
   args = parser.parse_args(argv)
   summary = summarize(args.paths)
   summary['rows'] += runs_under_way(args.runs, summary['rows'])
-  print(json.dumps(summary))
+  print(markdown_table(summary['rows']) if args.markdown
+        else json.dumps(summary))
 
 
 if __name__ == '__main__':

@@ -96,3 +96,22 @@ def test_a_run_on_a_dataset_no_line_names_is_an_error(tmp_path):
   with pytest.raises(ValueError, match="no bench line trains on dataset "
                      "'other'"):
     bench_module('offline_summary').runs_under_way([run_dir], [])
+
+
+def test_the_markdown_table_sets_short_rows_beside_the_longest_run(tmp_path):
+  path = tmp_path / 'a.jsonl'
+  path.write_text(_line([0, 1, 2], [45.0, 47.0, 46.0]) + '\n'
+                  + _line([0], [44.0], steps=1_000_000) + '\n')
+  summary = bench_module('offline_summary')
+  rows = summary.summarize([str(path)])['rows']
+  table = summary.markdown_table(rows).splitlines()
+  assert len(table) == 3  # Header, rule, the one agent and dataset.
+  assert table[2] == ('| CQL-SAC | medium | 46.0 +- 0.8 (3) | 44.0 at 1M '
+                      '| 47.0 | -3.0 (within 5) |')
+  # A run under way is judged by its last 10 evaluations, not its last one.
+  run_dir = _run_dir(tmp_path, range(40_000, 160_000, 10_000),
+                     [float(i) for i in range(30, 42)])
+  under_way = summary.runs_under_way([run_dir], rows[:1])
+  row = summary.markdown_table(rows[:1] + under_way).splitlines()[2]
+  assert row.endswith('| 41.0 at 150k (under way to 1M; best 41.0, last 10 '
+                      'evaluations 36.5) | 47.0 | -10.5 |')
