@@ -163,7 +163,9 @@ def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,
   """The ensemble's minimum and spread at the greedy action; with a
   `reference` policy, its minimum at the reference's actions too and the
   share of states where that beats the policy's own: whether the critics
-  would lead the actor elsewhere at these states, or agree with it."""
+  would lead the actor elsewhere at these states, or agree with it; and
+  how far apart the two act there (mean |difference| per action entry),
+  whether the actor has moved from the reference or come back to it."""
   q = critic_values(critic, policy, states)
   figures = {'min_q': round(float(q.min(axis=1).mean()), 1),
              'q_std': round(float(q.std(axis=1).mean()), 2)}
@@ -172,6 +174,8 @@ def critic_figures(critic: Any, policy: numpy_policy.NumpyPolicy,
     figures['reference_min_q'] = round(float(other.mean()), 1)
     figures['reference_preferred_share'] = round(
         float(np.mean(other > q.min(axis=1))), 3)
+    figures['reference_action_distance'] = round(float(np.mean(np.abs(
+        policy.greedy(states) - reference.greedy(states)))), 3)
   return figures
 
 

@@ -355,6 +355,7 @@ def test_episode_outcomes_rates_a_reference_policys_actions():
   assert figures['q_std'] == pytest.approx(0.5)
   assert figures['reference_min_q'] == pytest.approx(-0.1, abs=0.05)
   assert figures['reference_preferred_share'] == 1.0
+  assert figures['reference_action_distance'] == pytest.approx(0.4)
   figures = probe.critic_figures(critic, near_the_peak, states, own)
   assert figures['reference_preferred_share'] == 0.0
   assert 'reference_min_q' not in probe.critic_figures(critic, own, states)
