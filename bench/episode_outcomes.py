@@ -68,10 +68,9 @@ PITCH, SPEED = 1, 8
 TURNED_OVER = np.pi / 2
 
 
-def data_states(path: str, num_episodes: int, seed: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-  """Observations of `num_episodes` episodes spread over the dataset, and
-  of as many other ones (held out: the reference for the distances)."""
+def data_states(path: str, num_episodes: int, seed: int, start_steps: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """`pick_episodes` over the dataset's episodes."""
   episodes = []
   for episode in datasets.load(path):
     steps = episode['steps'].batch(1_000_000).get_single_element()
@@ -79,9 +78,21 @@ def data_states(path: str, num_episodes: int, seed: int
   if len(episodes) < 2 * num_episodes:
     raise ValueError(f'{path} has {len(episodes)} episodes; '
                      f'--data_episodes {num_episodes} needs twice as many')
+  return pick_episodes(episodes, num_episodes, seed, start_steps)
+
+
+def pick_episodes(episodes: list[np.ndarray], num_episodes: int, seed: int,
+                  start_steps: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Observations of `num_episodes` episodes spread over the data, of as
+  many other ones (held out: the reference for the distances), and the
+  first `start_steps` of the first set: the start from rest, which every
+  episode passes through but which is a small share of the data."""
   order = np.random.default_rng(seed).permutation(len(episodes))
-  pick = lambda ids: np.concatenate([episodes[i] for i in ids])
-  return pick(order[:num_episodes]), pick(order[num_episodes:2 * num_episodes])
+  picked = [episodes[i] for i in order[:num_episodes]]
+  held_out = [episodes[i] for i in order[num_episodes:2 * num_episodes]]
+  return (np.concatenate(picked), np.concatenate(held_out),
+          np.concatenate([e[:start_steps] for e in picked]))
 
 
 def nearest_distance(states: np.ndarray, data: np.ndarray,
@@ -194,11 +205,12 @@ def bellman_gap(critic: Any, policy: numpy_policy.NumpyPolicy,
 def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
              args: argparse.Namespace, data: np.ndarray, scale: np.ndarray,
              rng: np.random.Generator, off_data: float,
-             reference: Optional[numpy_policy.NumpyPolicy] = None
-             ) -> dict[str, Any]:
+             reference: Optional[numpy_policy.NumpyPolicy] = None,
+             starts: Optional[np.ndarray] = None) -> dict[str, Any]:
   """One policy's episodes and the figures of its visited states;
   `off_data`: the distance past which a state counts as off the data;
-  `reference`: a policy whose actions the critics rate there too."""
+  `reference`: a policy whose actions the critics rate there too;
+  `starts`: the data's start-from-rest states, rated apart."""
   episodes = run_episodes(policy, args.env, args.episodes, args.seed)
   rows, distances = [], []
   for e in episodes:
@@ -241,6 +253,9 @@ def outcomes(policy: numpy_policy.NumpyPolicy, critic: Optional[Any],
                                                reference)
     held = data[rng.choice(len(data), len(visited), replace=False)]
     figures['critic_data'] = critic_figures(critic, policy, held, reference)
+    if starts is not None:
+      figures['critic_data_start'] = critic_figures(critic, policy, starts,
+                                                    reference)
   return figures
 
 
@@ -278,6 +293,11 @@ def main() -> None:
   parser.add_argument('--data_episodes', type=int, default=50,
                       help='Data episodes as the reference states (and as '
                       'many held out).')
+  parser.add_argument('--start_steps', type=int, default=20,
+                      help='The critics are also rated at the first this '
+                      'many steps of each reference data episode '
+                      '(critic_data_start): the start from rest, which '
+                      'every episode passes and the data holds little of.')
   parser.add_argument('--states', type=int, default=5000,
                       help='Visited states sampled for the distances.')
   parser.add_argument('--departure_steps', type=int, default=50,
@@ -294,7 +314,8 @@ def main() -> None:
   gin.parse_config_files_and_bindings(args.gin_file, [])
   start = time.perf_counter()
   rng = np.random.default_rng(args.seed)
-  data, held_out = data_states(args.dataset, args.data_episodes, args.seed)
+  data, held_out, starts = data_states(args.dataset, args.data_episodes,
+                                       args.seed, args.start_steps)
   scale = data.std(axis=0) + 1e-6
   held = held_out[rng.choice(len(held_out), args.states, replace=False)]
   reference = nearest_distance(held, data, scale)
@@ -320,7 +341,7 @@ def main() -> None:
               getattr(agent, 'critic_network', None))
     rows.append({'checkpoint': path, **outcomes(
         run.export_policy(agent, args.agent, specs), critic, args, data,
-        scale, rng, off_data, reference_policy)})
+        scale, rng, off_data, reference_policy, starts)})
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)
   for path in filter(None, args.policy_files.split(',')):

@@ -338,6 +338,18 @@ class _ConstantPolicy:
     return np.full((len(states), 6), self.value, np.float32)
 
 
+def test_episode_outcomes_picks_disjoint_episodes_and_their_starts():
+  probe = bench_module('episode_outcomes')
+  episodes = [np.full((30, 2), i, np.float32) for i in range(10)]
+  for episode in episodes:
+    episode[:, 1] = np.arange(30)  # The step within its episode.
+  picked, held_out, starts = probe.pick_episodes(episodes, 4, 0, 5)
+  assert picked.shape == held_out.shape == (120, 2)
+  assert not set(picked[:, 0]) & set(held_out[:, 0])
+  assert starts.shape == (20, 2) and set(starts[:, 1]) == set(range(5))
+  assert set(starts[:, 0]) == set(picked[:, 0])
+
+
 def test_episode_outcomes_rates_a_reference_policys_actions():
   """The critics' minimum at the actor's and a reference's actions, and
   the share of states where the reference's is higher (two critics that
