@@ -122,26 +122,53 @@ def departure(distance: np.ndarray, threshold: float, run: int
 
 
 def run_episodes(policy: numpy_policy.NumpyPolicy, env_id: str,
-                 num_episodes: int, seed: int) -> list[dict[str, Any]]:
-  """Greedy episodes, one env each, seeded as the run's evaluation."""
+                 num_episodes: int, seed: int,
+                 lead: Optional[numpy_policy.NumpyPolicy] = None,
+                 lead_steps: int = 0) -> list[dict[str, Any]]:
+  """Greedy episodes, one env each, seeded as the run's evaluation; with
+  `lead`, that policy acts for the first `lead_steps` of each."""
   episodes = []
   for i in range(num_episodes):
     env = envs.make_env(env_id)
     try:
       obs, _ = env.reset(seed=seed + i)
-      observations, rewards, done = [obs], [], False
+      observations, actions, rewards, done = [obs], [], [], False
       while not done:
-        action = policy.greedy(obs[None].astype(np.float32))[0]
+        acting = lead if lead is not None and len(actions) < lead_steps else (
+            policy)
+        action = acting.greedy(obs[None].astype(np.float32))[0]
         obs, reward, terminated, truncated, _ = env.step(action)
         observations.append(obs)
+        actions.append(action)
         rewards.append(float(reward))
         done = terminated or truncated
     finally:
       env.close()
     episodes.append({'return': float(np.sum(rewards)),
                      'observations': np.asarray(observations, np.float32),
+                     'actions': np.asarray(actions, np.float32),
                      'rewards': np.asarray(rewards, np.float32)})
   return episodes
+
+
+def handoff_figures(policy: numpy_policy.NumpyPolicy,
+                    lead: numpy_policy.NumpyPolicy, lead_steps: int,
+                    args: argparse.Namespace) -> dict[str, Any]:
+  """The policy's episodes when `lead` starts each one: whether it keeps
+  going from where the lead leaves the cheetah, though it cannot get there
+  itself. The score is the whole episode's, the lead's steps included;
+  speed and turn-overs are of the policy's own steps."""
+  episodes = run_episodes(policy, args.env, args.episodes, args.seed, lead,
+                          lead_steps)
+  rows = [episode_figures(e['observations'][lead_steps:], e['return'],
+                          args.env) for e in episodes]
+  scores = [row['score'] for row in rows]
+  return {'lead_steps': lead_steps,
+          'score_mean': round(float(np.mean(scores)), 1),
+          'score_std': round(float(np.std(scores)), 1),
+          'speed': round(float(np.mean([r['speed'] for r in rows])), 2),
+          'turned_over_episodes': sum(r['turned_over_from'] is not None
+                                      for r in rows)}
 
 
 def episode_figures(observations: np.ndarray, episode_return: float,
@@ -293,6 +320,14 @@ def main() -> None:
   parser.add_argument('--data_episodes', type=int, default=50,
                       help='Data episodes as the reference states (and as '
                       'many held out).')
+  parser.add_argument('--handoff_from', default='',
+                      help='A policy file (.npz) that starts each episode '
+                      'before the checkpoint\'s policy takes over (the '
+                      'handoff figures): does a policy that cannot get '
+                      'going keep going once started?')
+  parser.add_argument('--handoff_steps', default='20,100',
+                      help='Comma-separated: the steps --handoff_from acts '
+                      'for, one set of episodes each.')
   parser.add_argument('--start_steps', type=int, default=20,
                       help='The critics are also rated at the first this '
                       'many steps of each reference data episode '
@@ -323,6 +358,8 @@ def main() -> None:
   specs = envs.env_specs(args.env)
   reference_policy = (numpy_policy.load(args.critic_reference)
                       if args.critic_reference else None)
+  lead = numpy_policy.load(args.handoff_from) if args.handoff_from else None
+  handoff_steps = [int(n) for n in args.handoff_steps.split(',') if n]
   def restore(path: str) -> Any:
     agent = agents.make_agent(args.agent, specs.time_step_spec,
                               specs.action_spec, agents.AgentConfig(
@@ -339,9 +376,13 @@ def main() -> None:
     agent = restore(path)
     critic = (critics_from if critics_from is not None else
               getattr(agent, 'critic_network', None))
+    policy = run.export_policy(agent, args.agent, specs)
     rows.append({'checkpoint': path, **outcomes(
-        run.export_policy(agent, args.agent, specs), critic, args, data,
-        scale, rng, off_data, reference_policy, starts)})
+        policy, critic, args, data, scale, rng, off_data, reference_policy,
+        starts)})
+    if lead is not None:
+      rows[-1]['handoff'] = [handoff_figures(policy, lead, steps, args)
+                             for steps in handoff_steps]
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)
   for path in filter(None, args.policy_files.split(',')):
@@ -355,6 +396,7 @@ def main() -> None:
       'critic_dtype': args.critic_dtype, 'seed': args.seed,
       'critic_reference': args.critic_reference or None,
       'critics_from': args.critics_from or None,
+      'handoff_from': args.handoff_from or None,
       'episodes_per_policy': args.episodes,
       'reference': {
           'data_turned_over_share': round(float(np.mean(

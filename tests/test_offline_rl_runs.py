@@ -2,6 +2,7 @@
 the offline run loop: Reverb episode table, in-memory feed, evaluation,
 checkpoint, export, resume; reward scaling; the refusals."""
 
+import argparse
 import os
 import shutil
 
@@ -348,6 +349,27 @@ def test_episode_outcomes_picks_disjoint_episodes_and_their_starts():
   assert not set(picked[:, 0]) & set(held_out[:, 0])
   assert starts.shape == (20, 2) and set(starts[:, 1]) == set(range(5))
   assert set(starts[:, 0]) == set(picked[:, 0])
+
+
+def test_episode_outcomes_hands_over_after_the_lead_steps():
+  """The lead acts for exactly its steps, then the policy; the handoff's
+  speed and turn-overs are of the policy's own steps."""
+  probe = bench_module('episode_outcomes')
+  lead, policy = _ConstantPolicy(0.5), _ConstantPolicy(-0.25)
+  [episode] = probe.run_episodes(policy, 'HalfCheetah-v5', 1, 0, lead, 7)
+  assert len(episode['actions']) == 1000
+  np.testing.assert_array_equal(episode['actions'][:7], 0.5)
+  np.testing.assert_array_equal(episode['actions'][7:], -0.25)
+  args = argparse.Namespace(env='HalfCheetah-v5', episodes=2, seed=0)
+  figures = probe.handoff_figures(policy, lead, 7, args)
+  episodes = probe.run_episodes(policy, 'HalfCheetah-v5', 2, 0, lead, 7)
+  assert figures['lead_steps'] == 7
+  assert figures['speed'] == pytest.approx(np.mean(
+      [e['observations'][7:, probe.SPEED].mean() for e in episodes]),
+      abs=0.01)
+  assert figures['score_mean'] == pytest.approx(np.mean(
+      [envs.normalized_score('HalfCheetah-v5', e['return'])
+       for e in episodes]), abs=0.06)
 
 
 def test_episode_outcomes_rates_a_reference_policys_actions():
