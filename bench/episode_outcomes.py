@@ -163,12 +163,15 @@ def handoff_figures(policy: numpy_policy.NumpyPolicy,
   rows = [episode_figures(e['observations'][lead_steps:], e['return'],
                           args.env) for e in episodes]
   scores = [row['score'] for row in rows]
+  over = [r['turned_over_from'] for r in rows
+          if r['turned_over_from'] is not None]
   return {'lead_steps': lead_steps,
           'score_mean': round(float(np.mean(scores)), 1),
           'score_std': round(float(np.std(scores)), 1),
           'speed': round(float(np.mean([r['speed'] for r in rows])), 2),
-          'turned_over_episodes': sum(r['turned_over_from'] is not None
-                                      for r in rows)}
+          'turned_over_episodes': len(over),
+          # How long the policy keeps the cheetah upright once it acts.
+          'turned_over_after_median': float(np.median(over)) if over else None}
 
 
 def episode_figures(observations: np.ndarray, episode_return: float,

@@ -367,6 +367,13 @@ def test_episode_outcomes_hands_over_after_the_lead_steps():
   assert figures['speed'] == pytest.approx(np.mean(
       [e['observations'][7:, probe.SPEED].mean() for e in episodes]),
       abs=0.01)
+  over = [probe.episode_figures(e['observations'][7:], 0.0,
+                                'HalfCheetah-v5')['turned_over_from']
+          for e in episodes]
+  over = [step for step in over if step is not None]
+  assert figures['turned_over_episodes'] == len(over)
+  assert figures['turned_over_after_median'] == (
+      np.median(over) if over else None)
   assert figures['score_mean'] == pytest.approx(np.mean(
       [envs.normalized_score('HalfCheetah-v5', e['return'])
        for e in episodes]), abs=0.06)
