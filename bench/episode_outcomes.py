@@ -151,13 +151,22 @@ def run_episodes(policy: numpy_policy.NumpyPolicy, env_id: str,
   return episodes
 
 
+def discounted_return(rewards: np.ndarray, gamma: float) -> float:
+  """What the critics estimate, measured: sum_k gamma^k r_k."""
+  return float(np.sum(rewards * gamma**np.arange(len(rewards))))
+
+
 def handoff_figures(policy: numpy_policy.NumpyPolicy,
                     lead: numpy_policy.NumpyPolicy, lead_steps: int,
-                    args: argparse.Namespace) -> dict[str, Any]:
+                    args: argparse.Namespace, critic: Optional[Any] = None
+                    ) -> dict[str, Any]:
   """The policy's episodes when `lead` starts each one: whether it keeps
   going from where the lead leaves the cheetah, though it cannot get there
   itself. The score is the whole episode's, the lead's steps included;
-  speed and turn-overs are of the policy's own steps."""
+  speed and turn-overs are of the policy's own steps. With `critic`: at
+  the handoff state, the critics' minimum at the policy's action and at
+  the lead's, beside the discounted return each then earns (the lead
+  going on alone): do they rank the two as what follows does?"""
   episodes = run_episodes(policy, args.env, args.episodes, args.seed, lead,
                           lead_steps)
   rows = [episode_figures(e['observations'][lead_steps:], e['return'],
@@ -171,7 +180,29 @@ def handoff_figures(policy: numpy_policy.NumpyPolicy,
           'speed': round(float(np.mean([r['speed'] for r in rows])), 2),
           'turned_over_episodes': len(over),
           # How long the policy keeps the cheetah upright once it acts.
-          'turned_over_after_median': float(np.median(over)) if over else None}
+          'turned_over_after_median': float(np.median(over)) if over else None,
+          **(_handoff_values(policy, lead, lead_steps, args, critic, episodes)
+             if critic is not None else {})}
+
+
+def _handoff_values(policy: numpy_policy.NumpyPolicy,
+                    lead: numpy_policy.NumpyPolicy, lead_steps: int,
+                    args: argparse.Namespace, critic: Any,
+                    episodes: list[dict[str, Any]]) -> dict[str, float]:
+  # The lead's own episodes pass the same states up to the handoff
+  # (same seeds, greedy): its return from there is the alternative's.
+  alone = run_episodes(lead, args.env, args.episodes, args.seed)
+  states = np.stack([e['observations'][lead_steps] for e in episodes])
+  earned = lambda runs: float(np.mean([discounted_return(
+      e['rewards'][lead_steps:] * args.reward_scale, args.gamma)
+                                       for e in runs]))
+  return {
+      'critic_min_q': round(float(critic_values(critic, policy, states).min(
+          axis=1).mean()), 1),
+      'discounted_return': round(earned(episodes), 1),
+      'lead_critic_min_q': round(float(critic_values(critic, lead, states).min(
+          axis=1).mean()), 1),
+      'lead_discounted_return': round(earned(alone), 1)}
 
 
 def episode_figures(observations: np.ndarray, episode_return: float,
@@ -384,8 +415,9 @@ def main() -> None:
         policy, critic, args, data, scale, rng, off_data, reference_policy,
         starts)})
     if lead is not None:
-      rows[-1]['handoff'] = [handoff_figures(policy, lead, steps, args)
-                             for steps in handoff_steps]
+      rows[-1]['handoff'] = [
+          handoff_figures(policy, lead, steps, args, critic)
+          for steps in handoff_steps]
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)
   for path in filter(None, args.policy_files.split(',')):

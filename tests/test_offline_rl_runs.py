@@ -377,6 +377,27 @@ def test_episode_outcomes_hands_over_after_the_lead_steps():
   assert figures['score_mean'] == pytest.approx(np.mean(
       [envs.normalized_score('HalfCheetah-v5', e['return'])
        for e in episodes]), abs=0.06)
+  assert 'critic_min_q' not in figures
+  assert probe.discounted_return(np.array([1.0, 2.0, 4.0]), 0.5) == 3.0
+  # Two critics peaking at action 0.5: the lead's 0.5 rates 0 (the
+  # minimum), the policy's -0.25 rates -6 * 0.75^2.
+
+  def critic(inputs):
+    peak = -tf.reduce_sum((inputs[1] - 0.5)**2, axis=1)
+    return (tf.stack([peak, peak + 1.0], axis=1),)
+
+  args = argparse.Namespace(env='HalfCheetah-v5', episodes=2, seed=0,
+                            gamma=0.9, reward_scale=2.0)
+  figures = probe.handoff_figures(policy, lead, 7, args, critic)
+  assert figures['critic_min_q'] == pytest.approx(-3.4, abs=0.05)
+  assert figures['lead_critic_min_q'] == pytest.approx(0.0)
+  assert figures['discounted_return'] == pytest.approx(np.mean(
+      [probe.discounted_return(2.0 * e['rewards'][7:], 0.9)
+       for e in episodes]), abs=0.05)
+  alone = probe.run_episodes(lead, 'HalfCheetah-v5', 2, 0)
+  assert figures['lead_discounted_return'] == pytest.approx(np.mean(
+      [probe.discounted_return(2.0 * e['rewards'][7:], 0.9)
+       for e in alone]), abs=0.05)
 
 
 def test_episode_outcomes_rates_a_reference_policys_actions():
