@@ -158,7 +158,8 @@ def discounted_return(rewards: np.ndarray, gamma: float) -> float:
 
 def handoff_figures(policy: numpy_policy.NumpyPolicy,
                     lead: numpy_policy.NumpyPolicy, lead_steps: int,
-                    args: argparse.Namespace, critic: Optional[Any] = None
+                    args: argparse.Namespace, critic: Optional[Any] = None,
+                    lead_alone: Optional[list[dict[str, Any]]] = None
                     ) -> dict[str, Any]:
   """The policy's episodes when `lead` starts each one: whether it keeps
   going from where the lead leaves the cheetah, though it cannot get there
@@ -166,7 +167,9 @@ def handoff_figures(policy: numpy_policy.NumpyPolicy,
   speed and turn-overs are of the policy's own steps. With `critic`: at
   the handoff state, the critics' minimum at the policy's action and at
   the lead's, beside the discounted return each then earns (the lead
-  going on alone): do they rank the two as what follows does?"""
+  going on alone): do they rank the two as what follows does?
+  `lead_alone`: the lead's own episodes, the same for every policy and
+  handoff, so a caller probing many can run them once."""
   episodes = run_episodes(policy, args.env, args.episodes, args.seed, lead,
                           lead_steps)
   rows = [episode_figures(e['observations'][lead_steps:], e['return'],
@@ -181,17 +184,21 @@ def handoff_figures(policy: numpy_policy.NumpyPolicy,
           'turned_over_episodes': len(over),
           # How long the policy keeps the cheetah upright once it acts.
           'turned_over_after_median': float(np.median(over)) if over else None,
-          **(_handoff_values(policy, lead, lead_steps, args, critic, episodes)
+          **(_handoff_values(policy, lead, lead_steps, args, critic, episodes,
+                             lead_alone)
              if critic is not None else {})}
 
 
 def _handoff_values(policy: numpy_policy.NumpyPolicy,
                     lead: numpy_policy.NumpyPolicy, lead_steps: int,
                     args: argparse.Namespace, critic: Any,
-                    episodes: list[dict[str, Any]]) -> dict[str, float]:
+                    episodes: list[dict[str, Any]],
+                    alone: Optional[list[dict[str, Any]]] = None
+                    ) -> dict[str, float]:
   # The lead's own episodes pass the same states up to the handoff
   # (same seeds, greedy): its return from there is the alternative's.
-  alone = run_episodes(lead, args.env, args.episodes, args.seed)
+  if alone is None:
+    alone = run_episodes(lead, args.env, args.episodes, args.seed)
   states = np.stack([e['observations'][lead_steps] for e in episodes])
   earned = lambda runs: float(np.mean([discounted_return(
       e['rewards'][lead_steps:] * args.reward_scale, args.gamma)
@@ -393,6 +400,7 @@ def main() -> None:
   reference_policy = (numpy_policy.load(args.critic_reference)
                       if args.critic_reference else None)
   lead = numpy_policy.load(args.handoff_from) if args.handoff_from else None
+  lead_alone = None  # the lead's own episodes, run once when first needed
   handoff_steps = [int(n) for n in args.handoff_steps.split(',') if n]
   def restore(path: str) -> Any:
     agent = agents.make_agent(args.agent, specs.time_step_spec,
@@ -415,8 +423,10 @@ def main() -> None:
         policy, critic, args, data, scale, rng, off_data, reference_policy,
         starts)})
     if lead is not None:
+      if critic is not None and lead_alone is None:
+        lead_alone = run_episodes(lead, args.env, args.episodes, args.seed)
       rows[-1]['handoff'] = [
-          handoff_figures(policy, lead, steps, args, critic)
+          handoff_figures(policy, lead, steps, args, critic, lead_alone)
           for steps in handoff_steps]
     print(json.dumps({k: v for k, v in rows[-1].items() if k != 'episodes'}),
           flush=True)

@@ -398,6 +398,12 @@ def test_episode_outcomes_hands_over_after_the_lead_steps():
   assert figures['lead_discounted_return'] == pytest.approx(np.mean(
       [probe.discounted_return(2.0 * e['rewards'][7:], 0.9)
        for e in alone]), abs=0.05)
+  # The lead's episodes, run once and passed in, give the same figures.
+  assert probe.handoff_figures(policy, lead, 7, args, critic,
+                               alone) == figures
+  still = [dict(e, rewards=np.zeros_like(e['rewards'])) for e in alone]
+  assert probe.handoff_figures(policy, lead, 7, args, critic, still)[
+      'lead_discounted_return'] == 0.0
 
 
 def test_episode_outcomes_rates_a_reference_policys_actions():
