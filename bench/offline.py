@@ -31,6 +31,8 @@ transitions/s that fed it (steps/s x batch size).
       [--dataset_kind medium] [--gin_file configs/rebrac_halfcheetah_medium.gin]
 
 Learning curves (all agents and seeds) go to --curve.
+Each run shows a progress bar with its rate on stderr, beside a line per
+evaluation (--no-progress: the lines only).
 """
 
 import argparse
@@ -158,6 +160,12 @@ def main() -> None:
   parser.add_argument('--root', default='runs/bench_offline',
                       help='Run directories go to ROOT/AGENT_seedSEED; '
                       'existing ones are resumed.')
+  parser.add_argument('--progress', action=argparse.BooleanOptionalAction,
+                      default=True,
+                      help='A progress bar per run on stderr, with its '
+                      'gradient steps/s (--no-progress: only the line each '
+                      'evaluation writes there). Into a log file, '
+                      'TQDM_MININTERVAL=60 (seconds) keeps it short.')
   parser.add_argument('--curve', default='images/results/offline_curves.png',
                       help='PNG of every run\'s evaluation curve.')
   parser.add_argument('--finetune_curve',
@@ -223,7 +231,7 @@ def main() -> None:
                           if agent in agents.OFFLINE_RL_AGENTS
                           else 'float32')),
         **config),
-                                 show_progress=False)
+                                 show_progress=args.progress)
 
   all_curves, styles = {}, {}
   for agent_index, agent in enumerate(args.agents.split(',')):

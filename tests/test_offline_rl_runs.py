@@ -3,8 +3,11 @@ the offline run loop: Reverb episode table, in-memory feed, evaluation,
 checkpoint, export, resume; reward scaling; the refusals."""
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
+import sys
 
 import gin
 import numpy as np
@@ -12,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import rlds_reverb
+from rlds_reverb import recording
 from rlds_reverb import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
@@ -25,6 +29,7 @@ from rlds_reverb.replay import episode_table
 from conftest import _rlds, bench_module  # pylint: disable=g-bad-import-order
 
 _LENGTHS = [40, 30, 25]
+_REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
 
 
 @pytest.fixture(name='served')
@@ -432,3 +437,25 @@ def test_episode_outcomes_rates_a_reference_policys_actions():
   gap = probe.bellman_gap(critic, own, np.zeros((4, 17), np.float32),
                           np.ones(3, np.float32), gamma=0.5)
   np.testing.assert_allclose(gap, [-1.75] * 3, rtol=1e-6)
+
+
+@pytest.mark.parametrize('progress', [True, False])
+def test_offline_bench_shows_each_runs_progress_on_stderr(tmp_path, progress):
+  """bench/offline.py, the long runs' driver: a bar with the rate (unless
+  --no-progress) and a line per evaluation on stderr, the one JSON line
+  alone on stdout."""
+  data = str(tmp_path / 'data')
+  recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=0,
+                             max_episode_steps=20, show_progress=False)
+  result = subprocess.run(
+      [sys.executable, os.path.join('bench', 'offline.py'), '--dataset', data,
+       '--agents', 'bc', '--seeds', '0', '--steps', '40',
+       '--eval_interval', '20', '--eval_episodes', '1',
+       '--root', str(tmp_path / 'runs'), '--curve', str(tmp_path / 'c.png'),
+       '--progress' if progress else '--no-progress'],
+      cwd=_REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  [line] = result.stdout.splitlines()
+  assert json.loads(line)['agent'] == 'bc'
+  assert ('grad step/s' in result.stderr) == progress
+  assert 'eval at 40 train step' in result.stderr
