@@ -239,3 +239,52 @@ def test_offline_phases_return_to_python_at_least_every_cap(cartpole,
   assert calls == [4, 4, 2, 4, 4, 2, 4, 1]
   assert fired == [10, 20, 25]
   assert learner.train_step == 25
+
+
+def test_slow_steps_get_short_calls_sized_by_the_measured_rate(cartpole,
+                                                              tmp_path):
+  # A learner at about 20 steps/s with a 0.25 s budget: after the first
+  # two calls (one traces, neither is timed yet) each call holds at most
+  # 5 steps, so Ctrl-C and the bar wait a budget, not the 1000-step cap.
+  # Sleeping never takes less than asked, so the bound holds on any
+  # machine; a loaded one only makes the calls shorter.
+  agent = _dqn(cartpole)
+  learner = loop.Learner(agent, str(tmp_path))
+
+  def slow_step(batch):
+    del batch
+    tf.py_function(lambda: time.sleep(0.05), [], [])
+    agent.train_step_counter.assign_add(1)
+    return tf.constant(1.0)
+
+  learner.set_train_step(slow_step)
+  calls, fired = [], []
+  train = learner.train
+  learner.train = lambda source, n: (calls.append(n), train(source, n))[1]
+  phase = run.OfflinePhase(learner, lambda: tf.zeros([1]), 60, (25,),
+                           seconds_per_call=0.25)
+  run.run_phases(lambda: learner.train_step, 60, phase,
+                 [run.Every(25, fired.append)])
+  assert calls[:2] == [run.FIRST_STEPS_PER_CALL] * 2, calls
+  assert 1 <= min(calls[2:]) and max(calls[2:]) <= 5, calls
+  assert fired == [25, 50, 60]
+  assert learner.train_step == 60 == sum(calls)
+  assert phase.steps_per_second <= 20.0
+
+
+def test_without_a_budget_each_call_runs_the_cap(cartpole, tmp_path):
+  agent = _dqn(cartpole)
+  learner = loop.Learner(agent, str(tmp_path))
+  learner.set_train_step(lambda batch: (agent.train_step_counter.assign_add(1),
+                                        tf.constant(1.0))[1])
+  calls = []
+  train = learner.train
+  learner.train = lambda source, n: (calls.append(n), train(source, n))[1]
+  phase = run.OfflinePhase(learner, lambda: tf.zeros([1]), 30, (),
+                           max_steps_per_call=12, seconds_per_call=None)
+  run.run_phases(lambda: learner.train_step, 30, phase, [])
+  assert calls == [12, 12, 6]
+  with pytest.raises(ValueError, match='seconds_per_call must be > 0'):
+    run.OfflinePhase(learner, None, 30, (), seconds_per_call=0.0)
+  with pytest.raises(ValueError, match='max_steps_per_call must be >= 1'):
+    run.OfflinePhase(learner, None, 30, (), max_steps_per_call=0)

@@ -358,27 +358,50 @@ class OnlinePhase:
 
 # Gradient steps per graph call at most. Python gets control back between
 # calls, so the progress bar moves and Ctrl-C (KeyboardInterrupt) stops a
-# slow learner within this many steps, not at the next evaluation.
+# run between them, not at the next evaluation.
 MAX_STEPS_PER_CALL = 1000
+# Wall-clock seconds a graph call aims at: a slow learner (large critic
+# ensembles on a CPU) still answers Ctrl-C and moves its bar within about
+# this long, while a fast one stays at the cap, where the per-call cost is
+# lost in the steps.
+SECONDS_PER_CALL = 5.0
+# Steps of the calls before a rate is known (the first one traces).
+FIRST_STEPS_PER_CALL = 10
 
 
 class OfflinePhase:
-  """One phase of gradient steps, up to the next trigger or
-  `max_steps_per_call`; times itself (leaving out a process's first phase,
-  which traces the graph)."""
+  """One phase of gradient steps, up to the next trigger, sized to take
+  about `seconds_per_call` at the rate measured so far (at most
+  `max_steps_per_call`; `None` runs the cap each time); times itself
+  (leaving out a process's first phase, which traces the graph)."""
 
   def __init__(self, learner: loop.Learner, source: Any, total: int,
                intervals: Sequence[int], bar: Optional[tqdm.tqdm] = None,
-               max_steps_per_call: int = MAX_STEPS_PER_CALL):
+               max_steps_per_call: int = MAX_STEPS_PER_CALL,
+               seconds_per_call: Optional[float] = SECONDS_PER_CALL):
+    if max_steps_per_call < 1:
+      raise ValueError(f'max_steps_per_call must be >= 1, got '
+                       f'{max_steps_per_call}')
+    if seconds_per_call is not None and seconds_per_call <= 0:
+      raise ValueError(f'seconds_per_call must be > 0 or None, got '
+                       f'{seconds_per_call}')
     self._learner, self._source = learner, source
     self._total, self._intervals = total, intervals
     self._bar = bar
-    self._max_steps = max_steps_per_call
+    self._max_steps, self._budget = max_steps_per_call, seconds_per_call
     self._seconds, self._timed, self._phases = 0.0, 0, 0
+
+  def _steps_this_call(self) -> int:
+    if self._budget is None:
+      return self._max_steps
+    if not self._seconds:  # Tracing, or not timed yet.
+      return min(FIRST_STEPS_PER_CALL, self._max_steps)
+    rate = self._timed / self._seconds
+    return max(1, min(int(rate * self._budget), self._max_steps))
 
   def __call__(self, position: int) -> None:
     steps = min(next_stop(position, self._total, self._intervals),
-                self._max_steps)
+                self._steps_this_call())
     start = time.perf_counter()
     loss = self._learner.train(self._source, steps)
     if self._phases:
