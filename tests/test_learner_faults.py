@@ -7,6 +7,7 @@ server ends the learner within a bound, or with --reconnect is waited for
 (and Ctrl-C still ends it).
 """
 
+import io
 import os
 import pathlib
 import signal
@@ -17,6 +18,7 @@ import time
 
 import pytest
 import tensorflow as tf
+import tqdm
 
 from rlds_reverb import recording
 from rlds_reverb.learners import loop
@@ -288,3 +290,24 @@ def test_without_a_budget_each_call_runs_the_cap(cartpole, tmp_path):
     run.OfflinePhase(learner, None, 30, (), seconds_per_call=0.0)
   with pytest.raises(ValueError, match='max_steps_per_call must be >= 1'):
     run.OfflinePhase(learner, None, 30, (), max_steps_per_call=0)
+
+
+def test_the_bar_prints_no_more_often_than_its_mininterval(cartpole,
+                                                           tmp_path):
+  # Each call sets the loss on the bar; with calls of a few seconds a
+  # refresh per call would put a line into a log every few seconds, past
+  # what TQDM_MININTERVAL (here an hour) allows. Only the first draw and
+  # the close print.
+  agent = _dqn(cartpole)
+  learner = loop.Learner(agent, str(tmp_path))
+  learner.set_train_step(lambda batch: (agent.train_step_counter.assign_add(1),
+                                        tf.constant(1.0))[1])
+  out = io.StringIO()
+  with tqdm.tqdm(total=30, file=out, mininterval=3600, unit='grad step',
+                 desc='bar') as bar:
+    phase = run.OfflinePhase(learner, lambda: tf.zeros([1]), 30, (),
+                             bar=bar, max_steps_per_call=3)
+    run.run_phases(lambda: learner.train_step, 30, phase, [], bar)
+  draws = out.getvalue().count('bar:')
+  assert draws == 2, out.getvalue()
+  assert 'loss=1' in out.getvalue()  # The close shows the last postfix.

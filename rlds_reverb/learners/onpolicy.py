@@ -379,7 +379,7 @@ class OnPolicyPhase:
                             after, 'collect')
       if self._bar is not None:
         self._bar.set_postfix(ret=f'{np.mean(returns):.0f}',
-                              loss=f'{metrics["loss"]:.3g}')
+                              loss=f'{metrics["loss"]:.3g}', refresh=False)
 
 
 def train_onpolicy(config: OnPolicyConfig, *, show_progress: bool = True,

@@ -352,8 +352,9 @@ class OnlinePhase:
            'success_rate': (float(np.mean(successes)) if successes
                             else None)}, after, 'collect')
       if self._bar is not None:
+        # Shown with the next update, within the bar's mininterval.
         self._bar.set_postfix(ret=f'{np.mean(returns):.0f}',
-                              grad_steps=learner.train_step)
+                              grad_steps=learner.train_step, refresh=False)
 
 
 # Gradient steps per graph call at most. Python gets control back between
@@ -409,7 +410,9 @@ class OfflinePhase:
       self._timed += steps
     self._phases += 1
     if self._bar is not None:
-      self._bar.set_postfix(loss=f'{loss:.3g}')
+      # Not a refresh of its own: calls of a few seconds would print a line
+      # each into a log, whatever TQDM_MININTERVAL asks.
+      self._bar.set_postfix(loss=f'{loss:.3g}', refresh=False)
 
   @property
   def steps_per_second(self) -> float | None:
