@@ -223,17 +223,27 @@ def test_killed_server_ends_a_streaming_learner_or_is_waited_for(tmp_path):
         process.wait()
 
 
+def _counted_learner(cartpole, tmp_path, step=None):
+  """A learner whose step only counts (or is `step(agent)`), and the list
+  of the step counts its graph calls were asked for."""
+  agent = _dqn(cartpole)
+  learner = loop.Learner(agent, str(tmp_path))
+  learner.set_train_step(
+      step(agent) if step else
+      lambda batch: (agent.train_step_counter.assign_add(1),
+                     tf.constant(1.0))[1])
+  calls = []
+  train = learner.train
+  learner.train = lambda source, n: (calls.append(n), train(source, n))[1]
+  return learner, calls
+
+
 def test_offline_phases_return_to_python_at_least_every_cap(cartpole,
                                                             tmp_path):
   # Ctrl-C and the progress bar act between graph calls: a phase never runs
   # more than the cap, and the triggers still fire exactly on their steps.
-  agent = _dqn(cartpole)
-  learner = loop.Learner(agent, str(tmp_path))
-  learner.set_train_step(lambda batch: (agent.train_step_counter.assign_add(1),
-                                        tf.constant(1.0))[1])
-  calls, fired = [], []
-  train = learner.train
-  learner.train = lambda source, n: (calls.append(n), train(source, n))[1]
+  learner, calls = _counted_learner(cartpole, tmp_path)
+  fired = []
   phase = run.OfflinePhase(learner, lambda: tf.zeros([1]), 25, (10,),
                            max_steps_per_call=4)
   run.run_phases(lambda: learner.train_step, 25, phase,
@@ -250,19 +260,16 @@ def test_slow_steps_get_short_calls_sized_by_the_measured_rate(cartpole,
   # 5 steps, so Ctrl-C and the bar wait a budget, not the 1000-step cap.
   # Sleeping never takes less than asked, so the bound holds on any
   # machine; a loaded one only makes the calls shorter.
-  agent = _dqn(cartpole)
-  learner = loop.Learner(agent, str(tmp_path))
+  def slow_step(agent):
+    def step(batch):
+      del batch
+      tf.py_function(lambda: time.sleep(0.05), [], [])
+      agent.train_step_counter.assign_add(1)
+      return tf.constant(1.0)
+    return step
 
-  def slow_step(batch):
-    del batch
-    tf.py_function(lambda: time.sleep(0.05), [], [])
-    agent.train_step_counter.assign_add(1)
-    return tf.constant(1.0)
-
-  learner.set_train_step(slow_step)
-  calls, fired = [], []
-  train = learner.train
-  learner.train = lambda source, n: (calls.append(n), train(source, n))[1]
+  learner, calls = _counted_learner(cartpole, tmp_path, slow_step)
+  fired = []
   phase = run.OfflinePhase(learner, lambda: tf.zeros([1]), 60, (25,),
                            seconds_per_call=0.25)
   run.run_phases(lambda: learner.train_step, 60, phase,
@@ -275,13 +282,7 @@ def test_slow_steps_get_short_calls_sized_by_the_measured_rate(cartpole,
 
 
 def test_without_a_budget_each_call_runs_the_cap(cartpole, tmp_path):
-  agent = _dqn(cartpole)
-  learner = loop.Learner(agent, str(tmp_path))
-  learner.set_train_step(lambda batch: (agent.train_step_counter.assign_add(1),
-                                        tf.constant(1.0))[1])
-  calls = []
-  train = learner.train
-  learner.train = lambda source, n: (calls.append(n), train(source, n))[1]
+  learner, calls = _counted_learner(cartpole, tmp_path)
   phase = run.OfflinePhase(learner, lambda: tf.zeros([1]), 30, (),
                            max_steps_per_call=12, seconds_per_call=None)
   run.run_phases(lambda: learner.train_step, 30, phase, [])
@@ -298,10 +299,7 @@ def test_the_bar_prints_no_more_often_than_its_mininterval(cartpole,
   # refresh per call would put a line into a log every few seconds, past
   # what TQDM_MININTERVAL (here an hour) allows. Only the first draw and
   # the close print.
-  agent = _dqn(cartpole)
-  learner = loop.Learner(agent, str(tmp_path))
-  learner.set_train_step(lambda batch: (agent.train_step_counter.assign_add(1),
-                                        tf.constant(1.0))[1])
+  learner, _ = _counted_learner(cartpole, tmp_path)
   out = io.StringIO()
   with tqdm.tqdm(total=30, file=out, mininterval=3600, unit='grad step',
                  desc='bar') as bar:
