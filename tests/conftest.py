@@ -17,7 +17,9 @@ has the map). What more than one of those files needs lives here:
 
 Test modules import the helpers with `from conftest import ...`, and the
 RLDS episode builders with `import rlds_fixtures as fx`; a pipeline left
-running in the background is `pipeline_process.PipelineProcess`. tests/ has no
+running in the background is `pipeline_process.PipelineProcess`; one that
+ends on its input is `preloaded_cli.run` (a fork of a preloaded
+interpreter). tests/ has no
 __init__.py: pytest's default import mode puts it on sys.path before it
 imports this file; the lines below make that hold under any import mode.
 """

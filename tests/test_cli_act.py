@@ -23,6 +23,7 @@ from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.replay import variables
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
@@ -153,9 +154,7 @@ def test_help_explains_every_flag():
   source = (REPO / 'pipelines' / 'act.py').read_text()
   names = re.findall(r"flags\.DEFINE_\w+\(\s*'(\w+)'", source)
   assert len(names) >= 15
-  proc = subprocess.run([sys.executable, '-m', 'pipelines.act', '--help'],
-                        cwd=REPO, env=ENV, capture_output=True, text=True,
-                        timeout=120, check=False)
+  proc = preloaded_cli.run('act', '--help', cwd=REPO, env=ENV, timeout_s=120)
   assert proc.returncode == 0, proc.stderr
   for name in names:
     assert re.search(rf'--(\[no\])?{name}: \S', proc.stdout), name

@@ -1,5 +1,6 @@
 """Runs of `python -m pipelines.generate`, as a user runs it."""
 
+import os
 import pathlib
 import re
 import subprocess
@@ -10,6 +11,7 @@ import numpy as np
 from conftest import _episodes
 from conftest import CHEETAH_LIMIT as LIMIT
 from conftest import CHEETAH_SEED as SEED
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -50,8 +52,8 @@ _CLI_ERRORS = {
 def test_cli_errors_are_one_line(tmp_path):
   """Each bad invocation exits non-zero with one `generate: error:` line.
 
-  The runs go in parallel (each is mostly import time) and in one test, so
-  pytest-xdist does not start them once per worker.
+  The runs are forks of a preloaded interpreter (tests/preloaded_cli.py):
+  each is mostly import time in a fresh one.
   """
   runs = {}
   for name, ((flag, value), _) in _CLI_ERRORS.items():
@@ -63,12 +65,11 @@ def test_cli_errors_are_one_line(tmp_path):
       (out / 'x').write_text('x')
     else:
       flags[flag] = value
-    runs[name] = subprocess.Popen(
-        [sys.executable, '-m', 'pipelines.generate',
-         *[part for item in flags.items() for part in item]],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs[name] = preloaded_cli.run(
+        'generate', *[part for item in flags.items() for part in item],
+        cwd=REPO, env=os.environ, timeout_s=300)
   for name, proc in runs.items():
-    _, stderr = proc.communicate(timeout=300)
+    stderr = proc.stderr
     assert proc.returncode != 0, name
     assert 'Traceback' not in stderr, (name, stderr)
     errors = [l for l in stderr.splitlines() if 'error' in l.lower()]

@@ -3,7 +3,9 @@
 Each runs the command line in a subprocess, as a user would, on a tiny
 dataset that `pipelines.generate` writes once per module: 3 truncated
 HalfCheetah episodes of 20 env steps, so 21 RLDS steps each (63 in all) and
-20 two-step windows each (60 items).
+20 two-step windows each (60 items). Runs refused on their input, and
+--help, run in a fork of a preloaded interpreter (`_refused`,
+tests/preloaded_cli.py); the others start a fresh one.
 """
 
 import json
@@ -21,6 +23,7 @@ import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The pipelines run in a scratch directory (pushes into a served table write
@@ -48,6 +51,13 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
   return subprocess.run(
       [sys.executable, '-m', f'pipelines.{module}', *args], cwd=_cwd(),
       env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def _refused(module: str, *args: str) -> subprocess.CompletedProcess:
+  """A run that ends on its input (or --help), before any work: in a fork of
+  the preloaded interpreter (tests/preloaded_cli.py), not a fresh one."""
+  return preloaded_cli.run(module, *args, cwd=_cwd(), env=ENV,
+                           timeout_s=TIMEOUT_S)
 
 
 def _summary(stdout: str) -> dict:
@@ -159,7 +169,7 @@ def test_push_into_served_table(dataset, served):
 
 
 def test_missing_table(dataset, served):
-  proc = _run('push', '--dataset', dataset, '--reverb_address', served,
+  proc = _refused('push', '--dataset', dataset, '--reverb_address', served,
               '--table', 'nope')
   assert error_line(proc, 'push') == (
       f"push: error: no table 'nope' on the Reverb server at {served}; its "
@@ -167,7 +177,7 @@ def test_missing_table(dataset, served):
 
 
 def test_signature_mismatch(broken_dataset, served):
-  proc = _run('push', '--dataset', broken_dataset, '--reverb_address', served)
+  proc = _refused('push', '--dataset', broken_dataset, '--reverb_address', served)
   assert error_line(proc, 'push') == (
       'push: error: Replay buffer table signature spec should match RLDS data '
       "spec. Table 'rlds' vs data: observation: table float32[None,17] vs "
@@ -176,7 +186,7 @@ def test_signature_mismatch(broken_dataset, served):
 
 
 def test_invalid_episode(broken_dataset):
-  proc = _run('push', '--dataset', broken_dataset)
+  proc = _refused('push', '--dataset', broken_dataset)
   error = error_line(proc, 'push')
   assert error.startswith(
       'push: error: Mid step should not be followed by a first step.')
@@ -191,9 +201,9 @@ def test_invalid_episode(broken_dataset):
 def test_unreachable_address(dataset):
   # No wall-clock bound here: interpreter and TensorFlow start-up dominate it
   # on a loaded machine. That the refusal is quick is tested in-process
-  # (test_tables); a hang would hit _run's timeout.
+  # (test_tables); a hang would hit _refused's timeout.
   address = f'localhost:{unused_port()}'
-  proc = _run('push', '--dataset', dataset, '--reverb_address', address)
+  proc = _refused('push', '--dataset', dataset, '--reverb_address', address)
   assert error_line(proc, 'push') == (
       f'push: error: cannot reach Reverb server at {address}: connection '
       'refused (is a server running there?)')
@@ -205,12 +215,12 @@ def test_unreachable_address(dataset):
     ('/no/such/dir', 'push: error: dataset path /no/such/dir does not exist'),
 ])
 def test_unknown_dataset(dataset_arg, expected):
-  proc = _run('push', '--dataset', dataset_arg)
+  proc = _refused('push', '--dataset', dataset_arg)
   assert error_line(proc, 'push').startswith(expected)
 
 
 def test_dataset_not_available_offline(tmp_path):
-  proc = _run('push', '--dataset', 'd4rl_mujoco_halfcheetah/v2-medium',
+  proc = _refused('push', '--dataset', 'd4rl_mujoco_halfcheetah/v2-medium',
               '--data_dir', str(tmp_path), '--nodownload')
   assert error_line(proc, 'push').startswith(
       "push: error: TFDS dataset 'd4rl_mujoco_halfcheetah/v2-medium' is not "
@@ -218,7 +228,7 @@ def test_dataset_not_available_offline(tmp_path):
 
 
 def test_bad_flag_value(dataset):
-  proc = _run('push', '--dataset', dataset, '--sequence_length', '-1')
+  proc = _refused('push', '--dataset', dataset, '--sequence_length', '-1')
   assert error_line(proc, 'push') == (
       'push: error: flag --sequence_length=-1: must be a positive integer, or '
       '0 or none for whole episodes')
@@ -240,7 +250,7 @@ def test_help_lists_every_flag(module):
   source = (REPO / 'pipelines' / f'{module}.py').read_text()
   names = re.findall(r"flags\.DEFINE_\w+\(\s*'(\w+)'", source)
   assert len(names) >= 5
-  proc = _run(module, '--help')
+  proc = _refused(module, '--help')
   assert proc.returncode == 0, proc.stderr
   for name in names + _SHARED_FLAGS[module]:
     # Each flag with some help text after it.
@@ -323,7 +333,7 @@ def test_feed_table_embedded_and_into_a_table_of_items(dataset, served):
     ('serve', ['--alpha', '0.5']),
 ])
 def test_feed_table_refuses_item_flags(dataset, module, flag):
-  proc = _run(module, '--dataset', dataset, '--feed_table', *flag)
+  proc = _refused(module, '--dataset', dataset, '--feed_table', *flag)
   assert proc.returncode == 2
   assert error_line(proc, module) == (
       f'{module}: error: {flag[0]} does not apply to --feed_table (its table '

@@ -12,8 +12,6 @@ import os
 import pathlib
 import re
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,6 +24,7 @@ import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
 from pipeline_process import START_TIMEOUT_S  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The caller's environment, minus what would defeat the quiet default.
@@ -152,10 +151,9 @@ def test_periodic_checkpoints_survive_kill_and_restart_on_same_port(
 
 
 def test_checkpoint_interval_needs_checkpoint_dir(tiny_dataset):
-  proc = subprocess.run(
-      [sys.executable, '-m', 'pipelines.serve', '--dataset', tiny_dataset,
-       '--checkpoint_interval', '5'], cwd=REPO, env=ENV, capture_output=True,
-      text=True, timeout=START_TIMEOUT_S, check=False)
+  proc = preloaded_cli.run('serve', '--dataset', tiny_dataset,
+                           '--checkpoint_interval', '5', cwd=REPO, env=ENV,
+                           timeout_s=START_TIMEOUT_S)
   assert proc.returncode == 2, proc.stderr
   assert proc.stderr.strip() == (
       'serve: error: --checkpoint_interval needs --checkpoint_dir (where the '
@@ -182,10 +180,9 @@ def test_env_serves_the_tables_of_a_distributed_run(tmp_path):
 
 
 def test_env_and_dataset_are_exclusive(tmp_path):
-  result = subprocess.run(
-      [sys.executable, '-m', 'pipelines.serve', '--env', 'CartPole-v1',
-       '--dataset', str(tmp_path)], cwd=REPO, env=ENV, capture_output=True,
-      text=True, timeout=START_TIMEOUT_S)
+  result = preloaded_cli.run('serve', '--env', 'CartPole-v1', '--dataset',
+                             str(tmp_path), cwd=REPO, env=ENV,
+                             timeout_s=START_TIMEOUT_S)
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1] == (
       'serve: error: pass --dataset (a table for its data) or --env (the '

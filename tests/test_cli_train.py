@@ -3,6 +3,8 @@
 Tiny budgets (a few hundred gradient steps, one evaluation episode) on a
 tiny generated HalfCheetah dataset; each checks something the run must get
 right: the JSON summary, the files of a run, resuming, and one-line errors.
+Runs refused on their input run in a fork of a preloaded interpreter
+(`_refused`, tests/preloaded_cli.py); runs that train start a fresh one.
 """
 
 import json
@@ -18,6 +20,7 @@ import pytest
 from rlds_reverb import behaviour_policies
 from rlds_reverb import recording
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
@@ -29,6 +32,13 @@ def _train(*args: str) -> subprocess.CompletedProcess:
   return subprocess.run(
       [sys.executable, '-m', 'pipelines.train', *args], cwd=REPO, env=ENV,
       capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def _refused(*args: str) -> subprocess.CompletedProcess:
+  """A run that ends on its input, before any work: in a fork of the
+  preloaded interpreter (tests/preloaded_cli.py), not a fresh one."""
+  return preloaded_cli.run('train', *args, cwd=REPO, env=ENV,
+                           timeout_s=TIMEOUT_S)
 
 
 def _summary(proc: subprocess.CompletedProcess) -> dict:
@@ -86,7 +96,7 @@ def test_offline_td3_bc_run_resume_and_files(dataset, tmp_path):
   before = {name: os.path.getmtime(os.path.join(root, name))
             for name in os.listdir(root)}
   other = ['bc' if arg == 'td3_bc' else arg for arg in common]
-  line = error_line(_train(*other, '--seed', '1', '--steps', '400'), 'train')
+  line = error_line(_refused(*other, '--seed', '1', '--steps', '400'), 'train')
   assert "agent 'bc' (recorded 'td3_bc')" in line, line
   assert 'seed 1 (recorded 0)' in line and 'another root_dir' in line, line
   assert {name: os.path.getmtime(os.path.join(root, name))
@@ -169,7 +179,7 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
   # Moved without its replay, it is refused rather than run on empty.
   moved = str(tmp_path / 'moved')
   shutil.copytree(root, moved, ignore=shutil.ignore_patterns('reverb'))
-  line = error_line(_train(*[moved if arg == root else arg for arg in common],
+  line = error_line(_refused(*[moved if arg == root else arg for arg in common],
                            '--steps', '2048'), 'train')
   assert ('1536 env steps into training, but its episodes were not '
           f'restored from {moved}/reverb') in line, line
@@ -211,14 +221,14 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
 ])
 def test_bad_input_gives_one_error_line(args, message, tmp_path):
   root = tmp_path / 'r'
-  line = error_line(_train(*args, '--root_dir', str(root)), 'train')
+  line = error_line(_refused(*args, '--root_dir', str(root)), 'train')
   assert message in line, line
   # A run refused on its input leaves no run directory behind.
   assert not root.exists(), sorted(os.listdir(root))
 
 
 def test_dataset_for_another_env_is_refused(dataset, tmp_path):
-  line = error_line(_train('--agent', 'bc', '--dataset', dataset,
+  line = error_line(_refused('--agent', 'bc', '--dataset', dataset,
                             '--env', 'Hopper-v5', '--root_dir',
                             str(tmp_path / 'r')), 'train')
   assert "'observation' has shape [17] but env Hopper-v5 needs [11]" in line
@@ -270,12 +280,12 @@ def test_her_offline_from_generated_goal_data(tmp_path):
     (['--agent', 'td3', '--her', 'nearest'], 'flag --her=nearest'),
 ])
 def test_her_bad_input_gives_one_error_line(args, message, tmp_path):
-  line = error_line(_train(*args, '--root_dir', str(tmp_path / 'r')), 'train')
+  line = error_line(_refused(*args, '--root_dir', str(tmp_path / 'r')), 'train')
   assert message in line, line
 
 
 def test_her_offline_refuses_flat_data(dataset, tmp_path):
-  line = error_line(_train('--agent', 'td3', '--env', 'FetchReach-v4',
+  line = error_line(_refused('--agent', 'td3', '--env', 'FetchReach-v4',
                             '--dataset', dataset, '--her', 'future',
                             '--root_dir', str(tmp_path / 'r')), 'train')
   assert 'needs goal-conditioned data with dict observations' in line, line
@@ -325,7 +335,7 @@ def test_gin_binding_beats_the_pipelines_dqn_defaults(tmp_path):
      'train: error: --gin_file /no/such.gin: no such file'),
 ])
 def test_bad_gin_is_a_usage_error(args, message, tmp_path):
-  proc = _train('--agent', 'bc', '--dataset', 'x', '--root_dir',
+  proc = _refused('--agent', 'bc', '--dataset', 'x', '--root_dir',
                 str(tmp_path / 'r'), *args)
   assert proc.returncode == 2
   assert error_line(proc, 'train').startswith(message)
@@ -352,7 +362,7 @@ def test_ppo_cartpole_run_resume_and_files(tmp_path):
           'collect/return', 'eval/average_return'} <= tags
   # Another setting in the same root_dir is refused, naming it.
   line = error_line(
-      _train(*common, '--steps', '2048', '--epochs', '3'), 'train')
+      _refused(*common, '--steps', '2048', '--epochs', '3'), 'train')
   assert 'ppo_config.epochs 3 (recorded 20)' in line, line
 
 
@@ -435,6 +445,6 @@ def test_ppo_gail_short_run_from_recorded_demonstrations(tmp_path):
 ])
 def test_onpolicy_bad_input_gives_one_error_line(args, message, tmp_path):
   root = tmp_path / 'r'
-  line = error_line(_train(*args, '--root_dir', str(root)), 'train')
+  line = error_line(_refused(*args, '--root_dir', str(root)), 'train')
   assert message in line, line
   assert not root.exists(), sorted(os.listdir(root))

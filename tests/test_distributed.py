@@ -21,6 +21,7 @@ from rlds_reverb.acting import remote
 from rlds_reverb.learners import online
 from rlds_reverb.learners import run
 from rlds_reverb.replay import variables
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 ENV = 'CartPole-v1'
 
@@ -117,11 +118,10 @@ def test_remote_learner_settings_are_checked(tmp_path, overrides, message):
     (['--publish_every', '10'], '--publish_every is for --num_actors 0'),
 ])
 def test_train_flags_of_a_remote_learner(args, message):
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  result = subprocess.run(
-      [sys.executable, '-m', 'pipelines.train', '--agent', 'dqn', '--env',
-       ENV, *args], capture_output=True, text=True, timeout=120,
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  # Refused before any work: a fork of the preloaded interpreter.
+  result = preloaded_cli.run(
+      'train', '--agent', 'dqn', '--env', ENV, *args, env=os.environ,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+      timeout_s=120)
   assert result.returncode == 2
   assert message in result.stderr.strip().splitlines()[-1]

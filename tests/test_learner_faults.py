@@ -26,15 +26,17 @@ from rlds_reverb.learners import run
 from conftest import _dqn  # pylint: disable=g-bad-import-order
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
 
 
 def _train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-  return subprocess.run(
-      [sys.executable, '-m', 'pipelines.train', *args], cwd=REPO, env=ENV,
-      capture_output=True, text=True, timeout=timeout, check=False)
+  """A short run that fails: a fork of the preloaded interpreter
+  (tests/preloaded_cli.py) spares it the start-up of a fresh one."""
+  return preloaded_cli.run('train', *args, cwd=REPO, env=ENV,
+                           timeout_s=timeout)
 
 
 @tf.function(input_signature=[tf.TensorSpec(None), tf.TensorSpec((), tf.int32)])
