@@ -26,8 +26,10 @@ def test_loss_falls_on_a_fixed_batch(kind, loss_field, specs):
     return float(info.loss if loss_field is None else
                  getattr(info.extra, loss_field))
 
+  # Seeds 0-2 fell below 0.21 of the first losses by step 30 and below 0.1
+  # by step 40 (bc, td3_bc; cql_sac below 0.12 by step 20).
   first = np.mean([loss() for _ in range(3)])
-  for _ in range(150):
+  for _ in range(37):
     loss()
   last = np.mean([loss() for _ in range(3)])
   assert last < 0.5 * first, (first, last)
