@@ -32,7 +32,9 @@ transitions/s that fed it (steps/s x batch size).
 
 Learning curves (all agents and seeds) go to --curve.
 Each run shows a progress bar with its rate on stderr, beside a line per
-evaluation (--no-progress: the lines only).
+evaluation (--no-progress: the lines only). Ctrl-C (kill -INT) ends it
+with exit 130 and one line; the same command resumes every run from its
+last checkpoint.
 """
 
 import argparse
@@ -40,6 +42,7 @@ import json
 import os
 import platform
 import signal
+import sys
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -285,5 +288,17 @@ def main() -> None:
   server.stop()
 
 
+def run_main() -> None:
+  """main, with Ctrl-C as one line and exit 130: each run keeps its last
+  checkpoint, and the same command resumes it."""
+  try:
+    main()
+  except KeyboardInterrupt:
+    sys.stdout.flush()
+    print('offline: interrupted; the same command resumes each run from its '
+          'last checkpoint under --root', file=sys.stderr, flush=True)
+    sys.exit(130)
+
+
 if __name__ == '__main__':
-  main()
+  run_main()

@@ -439,6 +439,24 @@ def test_episode_outcomes_rates_a_reference_policys_actions():
   np.testing.assert_allclose(gap, [-1.75] * 3, rtol=1e-6)
 
 
+def test_offline_bench_ends_ctrl_c_with_one_line(monkeypatch, capsys):
+  """bench/offline.py under Ctrl-C: exit 130 and one line saying how to
+  resume, not a traceback (the long runs are stopped this way)."""
+  bench = bench_module('offline')
+
+  def interrupted(dataset):
+    raise KeyboardInterrupt(dataset)
+
+  monkeypatch.setattr(bench, 'behaviour_return', interrupted)
+  monkeypatch.setattr(sys, 'argv', ['offline.py', '--dataset', 'x'])
+  with pytest.raises(SystemExit) as stop:
+    bench.run_main()
+  assert stop.value.code == 130
+  assert capsys.readouterr().err.splitlines()[-1] == (
+      'offline: interrupted; the same command resumes each run from its '
+      'last checkpoint under --root')
+
+
 @pytest.mark.parametrize('progress', [True, False])
 def test_offline_bench_shows_each_runs_progress_on_stderr(tmp_path, progress):
   """bench/offline.py, the long runs' driver: a bar with the rate (unless
