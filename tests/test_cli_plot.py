@@ -1,14 +1,25 @@
-"""Runs of `python -m pipelines.plot`, as a user runs it."""
+"""Runs of `python -m pipelines.plot`, as a user runs it.
+
+A plot is a second's work after the imports: the runs are forks of a
+preloaded interpreter (tests/preloaded_cli.py), as the refused runs of the
+other CLI tests are.
+"""
 
 import json
 import os
 import pathlib
 import subprocess
-import sys
+
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
 TIMEOUT_S = 600
+
+
+def _plot(*args: str) -> subprocess.CompletedProcess:
+  return preloaded_cli.run('plot', *args, cwd=REPO, env=ENV,
+                           timeout_s=TIMEOUT_S)
 
 
 def test_plot_draws_several_runs_on_one_png(tmp_path):
@@ -21,27 +32,15 @@ def test_plot_draws_several_runs_on_one_png(tmp_path):
         for i, r in enumerate(returns)))
     runs.append(str(run))
   out = tmp_path / 'both.png'
-  proc = subprocess.run(
-      [sys.executable, '-m', 'pipelines.plot', '--run_dirs', ','.join(runs),
-       '--labels', 'prioritized,uniform', '--hline', '475', '--out',
-       str(out)], cwd=REPO, env=ENV, capture_output=True, text=True,
-      timeout=TIMEOUT_S, check=False)
+  proc = _plot('--run_dirs', ','.join(runs), '--labels',
+               'prioritized,uniform', '--hline', '475', '--out', str(out))
   assert proc.returncode == 0, proc.stderr
   assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert f'plot: wrote {out} (2 runs)' in proc.stdout
-  missing = subprocess.run(
-      [sys.executable, '-m', 'pipelines.plot', '--run_dirs',
-       str(tmp_path / 'nope'), '--out', str(out)], cwd=REPO, env=ENV,
-      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+  missing = _plot('--run_dirs', str(tmp_path / 'nope'), '--out', str(out))
   assert missing.returncode == 1
   assert f'plot: error: {tmp_path / "nope"} has no eval.jsonl' in (
       missing.stderr)
-
-
-def _plot(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run(
-      [sys.executable, '-m', 'pipelines.plot', *args], cwd=REPO, env=ENV,
-      capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
 def test_plot_takes_eval_logs_and_cuts_at_max_x(tmp_path):
