@@ -128,7 +128,13 @@ class _Preloaded:
     self._proc = subprocess.Popen(
         [sys.executable, __file__], cwd=REPO, env=dict(env),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
-    self._reply(START_TIMEOUT_S)
+    # A late 'ready' line would otherwise be read as the first run's reply.
+    reply = self._reply(START_TIMEOUT_S)
+    if not (reply and 'ready' in reply):
+      self.close()
+      raise RuntimeError(
+          f'the preloaded interpreter did not start within {START_TIMEOUT_S}'
+          f' s (it answered {reply!r})')
 
   def _reply(self, timeout_s: float) -> Optional[dict]:
     ready, _, _ = select.select([self._proc.stdout], [], [], timeout_s)

@@ -47,3 +47,11 @@ def test_a_run_past_its_timeout_is_killed():
     preloaded_cli.run('plot', '--help', cwd=REPO, env=ENV, timeout_s=0)
   # The interpreter serves the next run.
   assert preloaded_cli.run('plot', '--help', cwd=REPO, env=ENV).returncode == 0
+
+
+def test_a_start_past_its_bound_is_a_clear_error(monkeypatch):
+  # No interpreter imports TensorFlow in 10 ms: the start misses its bound,
+  # and its late 'ready' line must not become the first run's reply.
+  monkeypatch.setattr(preloaded_cli, 'START_TIMEOUT_S', 0.01)
+  with pytest.raises(RuntimeError, match='did not start within 0.01 s'):
+    preloaded_cli._Preloaded(ENV)  # pylint: disable=protected-access
