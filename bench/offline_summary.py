@@ -14,7 +14,10 @@ from their run directories (config.json, eval.jsonl), so the JSON shows
 where they stand instead of only their earlier short rows: one row per run
 at its last evaluation, marked `"complete": false`, with its target steps,
 best score, the mean of its last 10 evaluations and the settings changed
-on a resume. A finished run is left to its bench line.
+on a resume. A finished run keeps its bench line's row (the score of its
+last evaluation, as CORL's "last" column), to which it adds its best score,
+the mean of its last 10 evaluations and the settings changed on a resume:
+the bench line knows only the settings of its final stretch.
 
 `--markdown` prints the table docs/results/offline.md opens with instead:
 one line per agent and dataset kind, the 30k row over its seeds beside the
@@ -79,6 +82,61 @@ def summarize(paths: list[str]) -> dict:
   return {'rows': merged, 'behaviour_returns': behaviour}
 
 
+def _read_run(run_dir: str) -> tuple[dict, list[dict]]:
+  """A run directory's config and its offline evaluations, in order."""
+  with open(os.path.join(run_dir, 'config.json')) as f:
+    config = json.load(f)
+  with open(os.path.join(run_dir, 'eval.jsonl')) as f:
+    evaluations = [json.loads(line) for line in f if line.strip()]
+  evaluations = [e for e in evaluations if e.get('phase') == 'offline']
+  if not evaluations:
+    raise ValueError(f'{run_dir}/eval.jsonl holds no offline evaluation.')
+  return config, evaluations
+
+
+def _run_details(config: dict, scores: list[float]) -> dict:
+  """What one evaluation leaves out of a long run: its best, its recent
+  level, and settings changed on a resume (a dtype that suits another CPU)."""
+  return {
+      'best': round(max(scores), 2),
+      f'mean_last_{RECENT_EVALUATIONS}_evaluations': round(
+          float(np.mean(scores[-RECENT_EVALUATIONS:])), 2),
+      **({'resumed_with_changes': config['resumed_with_changes']}
+         if config.get('resumed_with_changes') else {})}
+
+
+def _dataset_name(path: str) -> str:
+  return os.path.basename(os.path.normpath(path))
+
+
+def add_finished_runs(run_dirs: list[str], rows: list[dict]) -> None:
+  """Adds to each bench row of a run in `run_dirs` that reached its budget
+  the details of that run; a finished run without its bench row is an
+  error (pass its .jsonl), so that no run is left out unsaid."""
+  for run_dir in run_dirs:
+    config, evaluations = _read_run(run_dir)
+    if evaluations[-1]['train_step'] < config['train_steps']:
+      continue
+    matches = [row for row in rows
+               if row['agent'] == config['agent']
+               and _dataset_name(row['path']) == _dataset_name(
+                   config['dataset'])
+               and row['gradient_steps'] == config['train_steps']
+               and config['seed'] in row['seeds']]
+    if not matches:
+      raise ValueError(
+          f"{run_dir}: finished ({config['train_steps']} steps), but no "
+          f"bench line holds its {config['agent']} seed {config['seed']} "
+          'run at that budget; pass its .jsonl before --runs.')
+    for row in matches:
+      if row['seeds'] != [config['seed']]:
+        raise ValueError(
+            f"{run_dir}: its bench row holds seeds {row['seeds']}; the "
+            "details of one run belong to a row of that run's seed alone.")
+      row.update(_run_details(
+          config, [e['normalized_score'] for e in evaluations]))
+
+
 def runs_under_way(run_dirs: list[str], rows: list[dict]) -> list[dict]:
   """Rows of the runs in `run_dirs` that stopped short of their budget.
 
@@ -86,22 +144,15 @@ def runs_under_way(run_dirs: list[str], rows: list[dict]) -> list[dict]:
   the same dataset path and agent: a run's config knows its path, not the
   kind the bench was told.
   """
-  kinds = {os.path.basename(os.path.normpath(row['path'])): row['dataset']
-           for row in rows}
+  kinds = {_dataset_name(row['path']): row['dataset'] for row in rows}
   corl = {(row['agent'], row['dataset']): row['corl'] for row in rows}
   under_way = []
   for run_dir in run_dirs:
-    with open(os.path.join(run_dir, 'config.json')) as f:
-      config = json.load(f)
-    with open(os.path.join(run_dir, 'eval.jsonl')) as f:
-      evaluations = [json.loads(line) for line in f if line.strip()]
-    evaluations = [e for e in evaluations if e.get('phase') == 'offline']
-    if not evaluations:
-      raise ValueError(f'{run_dir}/eval.jsonl holds no offline evaluation.')
+    config, evaluations = _read_run(run_dir)
     last = evaluations[-1]
     if last['train_step'] >= config['train_steps']:
       continue
-    path = os.path.basename(os.path.normpath(config['dataset']))
+    path = _dataset_name(config['dataset'])
     if path not in kinds:
       raise ValueError(
           f'{run_dir}: no bench line trains on dataset {path!r}, so its '
@@ -116,13 +167,8 @@ def runs_under_way(run_dirs: list[str], rows: list[dict]) -> list[dict]:
         'std': 0.0, 'corl': corl.get((agent, kind)),
         'date': time.strftime('%Y-%m-%d', time.gmtime(last['time'])),
         'complete': False, 'target_steps': config['train_steps'],
-        'best': round(max(scores), 2),
-        f'mean_last_{RECENT_EVALUATIONS}_evaluations': round(
-            float(np.mean(scores[-RECENT_EVALUATIONS:])), 2),
         **({} if dtype == 'float32' else {'critic_dtype': dtype}),
-        # Settings changed on a resume (a dtype that suits another CPU).
-        **({'resumed_with_changes': config['resumed_with_changes']}
-           if config.get('resumed_with_changes') else {})})
+        **_run_details(config, scores)})
   return under_way
 
 
@@ -168,6 +214,11 @@ def markdown_table(rows: list[dict]) -> str:
           long_cell += (f" (under way to {_steps(longest['target_steps'])};"
                         f" best {longest['best']:.1f}, last "
                         f"{RECENT_EVALUATIONS} evaluations {score:.1f})")
+        elif 'best' in longest:  # A finished run read with --runs.
+          long_cell += (
+              f" (best {longest['best']:.1f}, last {RECENT_EVALUATIONS} "
+              f"evaluations "
+              f"{longest[f'mean_last_{RECENT_EVALUATIONS}_evaluations']:.1f})")
       corl = mine[0]['corl']
       gap = '' if corl is None or score is None else (
           f'{score - corl:+.1f}' + (' (within 5)' if abs(score - corl)
@@ -183,14 +234,16 @@ def main(argv: list[str] | None = None) -> None:
                       help="bench/offline.py JSON lines (.jsonl), in order: "
                       "later lines join or replace earlier ones.")
   parser.add_argument('--runs', nargs='*', default=[],
-                      help='Run directories of long runs still short of '
-                      'their step budget, added as rows of their last '
-                      'evaluation.')
+                      help='Run directories of long runs: one still short '
+                      'of its step budget is added as a row of its last '
+                      'evaluation; a finished one adds its best score, '
+                      'recent mean and resume changes to its bench row.')
   parser.add_argument('--markdown', action='store_true',
                       help='Print the markdown table of the rows instead of '
                       'the JSON line.')
   args = parser.parse_args(argv)
   summary = summarize(args.paths)
+  add_finished_runs(args.runs, summary['rows'])
   summary['rows'] += runs_under_way(args.runs, summary['rows'])
   print(markdown_table(summary['rows']) if args.markdown
         else json.dumps(summary))

@@ -84,11 +84,36 @@ def test_a_run_under_way_is_a_row_of_its_last_evaluation(tmp_path):
 
 def test_a_finished_run_is_left_to_its_bench_line(tmp_path):
   path = tmp_path / 'a.jsonl'
+  path.write_text(_line([0], [45.0]) + '\n'
+                  + _line([0], [2.0], steps=1_000_000) + '\n')
+  run_dir = _run_dir(tmp_path, [990_000, 1_000_000], [1.0, 2.0])
+  summary = bench_module('offline_summary')
+  rows = summary.summarize([str(path)])['rows']
+  assert summary.runs_under_way([run_dir], rows) == []
+  summary.add_finished_runs([run_dir], rows)
+  short, finished = rows
+  assert 'best' not in short
+  # Its score stays the bench line's (the last evaluation); the run adds
+  # what one evaluation leaves out, the resume's dtype change included.
+  assert finished['scores'] == [2.0] and 'complete' not in finished
+  assert finished['best'] == 2.0
+  assert finished['mean_last_10_evaluations'] == pytest.approx(1.5)
+  assert finished['resumed_with_changes'][0]['changes'] == {
+      'agent_config.critic_dtype': ['float32', 'bfloat16']}
+  table_row = summary.markdown_table(rows).splitlines()[2]
+  assert table_row.endswith('| 2.0 at 1M (best 2.0, last 10 evaluations '
+                            '1.5) | 47.0 | -45.0 |')
+
+
+def test_a_finished_run_without_its_bench_line_is_an_error(tmp_path):
+  path = tmp_path / 'a.jsonl'
   path.write_text(_line([0], [45.0]) + '\n')
   run_dir = _run_dir(tmp_path, [10, 20], [1.0, 2.0], train_steps=20)
   summary = bench_module('offline_summary')
-  assert summary.runs_under_way(
-      [run_dir], summary.summarize([str(path)])['rows']) == []
+  rows = summary.summarize([str(path)])['rows']
+  with pytest.raises(ValueError, match='finished \\(20 steps\\), but no bench '
+                     'line holds its cql_sac seed 0 run'):
+    summary.add_finished_runs([run_dir], rows)
 
 
 def test_a_run_on_a_dataset_no_line_names_is_an_error(tmp_path):
