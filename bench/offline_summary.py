@@ -186,12 +186,14 @@ def _steps(steps: int) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-  """CORL's table, ours beside it: the short 3-seed row, the longest run,
-  and the gap to CORL's of the longest budget's score (of a run under way,
-  the mean of its last evaluations)."""
+  """CORL's table, ours beside it: the short 3-seed row, the longest run
+  (over its seeds where more than one reached that budget), and the gap to
+  CORL's of the longest budget's score (of a run under way, the mean of its
+  last evaluations)."""
   lines = [
       '| agent | dataset | 30k steps, mean +- std (seeds) | longest run '
-      '(seed 0) | CORL (1M; EDAC 3M) | gap to CORL (longest run) |',
+      '(seed 0; mean +- std (seeds) where more) | CORL (1M; EDAC 3M) | '
+      'gap to CORL (longest run) |',
       '|---|---|---:|---:|---:|---:|']
   for kind in DATASET_KINDS:
     for agent, name in AGENT_NAMES.items():
@@ -207,7 +209,11 @@ def markdown_table(rows: list[dict]) -> str:
       long_cell, score = '', None if short is None else short['mean']
       if longest is not None:
         score = longest['mean']
-        long_cell = f"{score:.1f} at {_steps(longest['gradient_steps'])}"
+        long_cell = f"{score:.1f}"
+        if len(longest['seeds']) > 1:
+          long_cell += (f" +- {longest['std']:.1f} "
+                        f"({len(longest['seeds'])})")
+        long_cell += f" at {_steps(longest['gradient_steps'])}"
         if longest.get('complete') is False:
           # One evaluation of a run under way can be its best or its worst.
           score = longest[f'mean_last_{RECENT_EVALUATIONS}_evaluations']

@@ -140,3 +140,11 @@ def test_the_markdown_table_sets_short_rows_beside_the_longest_run(tmp_path):
   row = summary.markdown_table(rows[:1] + under_way).splitlines()[2]
   assert row.endswith('| 41.0 at 150k (under way to 1M; best 41.0, last 10 '
                       'evaluations 36.5) | 47.0 | -10.5 |')
+  # Seeds run later to the long budget join it: the cell and the gap are
+  # over them.
+  path.write_text(path.read_text() + _line([1, 2], [48.0, 49.0],
+                                           steps=1_000_000) + '\n')
+  rows = summary.summarize([str(path)])['rows']
+  assert summary.markdown_table(rows).splitlines()[2] == (
+      '| CQL-SAC | medium | 46.0 +- 0.8 (3) | 47.0 +- 2.2 (3) at 1M '
+      '| 47.0 | -0.0 (within 5) |')
