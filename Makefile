@@ -7,7 +7,7 @@ DEMO_DIR ?= data/halfcheetah_random_demo
 MEDIUM_DIR ?= data/halfcheetah_v5_medium
 MEDIUM_EPISODES ?= 1000
 
-.PHONY: install demo test bench bench-offline medium d4rl-datasets figures
+.PHONY: install demo test bench bench-offline offline-table medium d4rl-datasets figures
 
 install: $(STAMP)
 
@@ -46,6 +46,12 @@ d4rl-datasets: medium
 
 bench-offline: medium
 	$(PY) bench/offline.py --dataset $(MEDIUM_DIR)
+
+# docs/results/offline.json and its table, made again from the committed
+# bench lines and long runs (bench/offline_summary.py's PUBLISHED_LINES).
+offline-table: $(STAMP)
+	$(PY) bench/offline_summary.py --published > docs/results/offline.json
+	$(PY) bench/offline_summary.py --published --markdown
 
 figures: $(STAMP)
 	$(PY) images/rlds/draw_figures.py

@@ -43,6 +43,55 @@ D4RL_BEHAVIOUR = {'medium': 4770.0}
 # points where episodes turn the cheetah over.
 RECENT_EVALUATIONS = 10
 
+# What docs/results/offline.json is made of (`--published`), relative to the
+# repository: the bench lines in the order they join or replace each other
+# (later seeds join a row; each dataset's behaviour return is its last
+# file's, the original data's), then the long runs read from their
+# directories. Runs of test settings (EDAC's actor initialisation,
+# temperature and eta 5.0, ReBRAC's halved actor BC weight) and peers' runs
+# are left out: they are not rows of the table.
+PUBLISHED_DIR = 'images/results/offline_rl'
+PUBLISHED_LINES = tuple(
+    f'{PUBLISHED_DIR}/bench_offline_{name}.jsonl' for name in (
+    'medium',
+    'medium_cql_sac_seeds12',
+    'calql_dtype',
+    'medium_1m_rebrac',
+    'medium_edac_seed1',
+    'medium_edac_seed2',
+    'medium_replay_rebrac',
+    'medium_replay_rebrac_seeds12',
+    'medium_replay_1m',
+    'medium_replay_cql_sac',
+    'medium_replay_cql_sac_seeds12',
+    'medium_replay_edac_bf16',
+    'medium_replay_edac_bf16_seeds12',
+    'medium_expert_rebrac',
+    'medium_expert_rebrac_seeds12',
+    'medium_expert_cql_sac_alpha1',
+    'medium_expert_cql_sac_alpha1_seed1',
+    'medium_expert_cql_sac_alpha1_seed2',
+    'medium_expert_edac_bf16',
+    'medium_expert_edac_bf16_seed1',
+    'medium_expert_edac_bf16_seed2',
+    'medium_expert_1m_iql',
+    'medium_3seeds',
+    'medium_3seeds_slow',
+    'medium_1m',
+    'medium_replay',
+    'medium_replay_3seeds',
+    'medium_expert',
+    'medium_expert_3seeds',
+    'medium_expert_1m',
+    'medium_expert_1m_rebrac',
+))
+PUBLISHED_RUNS = (
+    'runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
+    'runs/offline_rl/medium_expert_1m_cql_sac/cql_sac_seed0',
+    'runs/offline_rl/medium_1m_edac_bf16/edac_seed0',
+)
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def summarize(paths: list[str]) -> dict:
   rows, scores, behaviour = {}, {}, {}
@@ -247,12 +296,33 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument('--markdown', action='store_true',
                       help='Print the markdown table of the rows instead of '
                       'the JSON line.')
+  parser.add_argument('--published', action='store_true',
+                      help='Read the bench lines and long runs behind '
+                      'docs/results/offline.json (PUBLISHED_LINES, '
+                      'PUBLISHED_RUNS), from any directory, in place of '
+                      'PATHS and --runs.')
   args = parser.parse_args(argv)
-  summary = summarize(args.paths)
-  add_finished_runs(args.runs, summary['rows'])
-  summary['rows'] += runs_under_way(args.runs, summary['rows'])
-  print(markdown_table(summary['rows']) if args.markdown
-        else json.dumps(summary))
+  if args.published and (args.paths or args.runs):
+    parser.error('--published reads its own inputs: give it no PATHS and no '
+                 '--runs')
+  print(published_summary(args.markdown) if args.published else
+        render(args.paths, args.runs, args.markdown))
+
+
+def render(paths: list[str], run_dirs: list[str], markdown: bool) -> str:
+  summary = summarize(paths)
+  add_finished_runs(run_dirs, summary['rows'])
+  summary['rows'] += runs_under_way(run_dirs, summary['rows'])
+  return markdown_table(summary['rows']) if markdown else json.dumps(summary)
+
+
+def published_summary(markdown: bool = False) -> str:
+  """docs/results/offline.json (or its table) made again from the
+  committed bench lines and run directories."""
+  def here(path):
+    return os.path.join(REPOSITORY, path)
+  return render([here(p) for p in PUBLISHED_LINES],
+                [here(r) for r in PUBLISHED_RUNS], markdown)
 
 
 if __name__ == '__main__':

@@ -2,6 +2,7 @@
 under way add rows of their last evaluation."""
 
 import json
+import os
 
 import pytest
 
@@ -148,3 +149,25 @@ def test_the_markdown_table_sets_short_rows_beside_the_longest_run(tmp_path):
   assert summary.markdown_table(rows).splitlines()[2] == (
       '| CQL-SAC | medium | 46.0 +- 0.8 (3) | 47.0 +- 2.2 (3) at 1M '
       '| 47.0 | -0.0 (within 5) |')
+
+
+def test_the_published_json_and_table_are_what_the_committed_inputs_make():
+  """docs/results/offline.json and the table docs/results/offline.md opens
+  with are made from the committed bench lines and run directories: a line
+  added or a run moved on without making them again fails here."""
+  summary = bench_module('offline_summary')
+  docs = os.path.join(summary.REPOSITORY, 'docs', 'results')
+  with open(os.path.join(docs, 'offline.json')) as f:
+    assert json.loads(summary.published_summary()) == json.loads(f.read())
+  with open(os.path.join(docs, 'offline.md')) as f:
+    text = f.read()
+  start = text.index('<!-- offline-table -->\n') + len(
+      '<!-- offline-table -->\n')
+  table = text[start:text.index('<!-- /offline-table -->')].strip('\n')
+  assert table == summary.published_summary(markdown=True)
+
+
+def test_published_refuses_paths_of_its_own(capsys):
+  with pytest.raises(SystemExit):
+    bench_module('offline_summary').main(['--published', 'a.jsonl'])
+  assert '--published reads its own inputs' in capsys.readouterr().err
