@@ -24,8 +24,9 @@ one line per agent and dataset kind, the 30k row over its seeds beside the
 longest run and CORL's figure.
 
   python bench/offline_summary.py images/results/offline_rl/*.jsonl \
-      [--runs runs/offline_rl/NAME/AGENT_seed0 ...] [--markdown] \
-      > docs/results/offline.json
+      [--runs runs/offline_rl/NAME/AGENT_seed0 ...] [--markdown]
+  # What `make offline-table` runs (the table: add --markdown):
+  python bench/offline_summary.py --published > docs/results/offline.json
 """
 
 import argparse
