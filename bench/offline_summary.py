@@ -85,6 +85,7 @@ PUBLISHED_LINES = tuple(
     'medium_expert_3seeds',
     'medium_expert_1m',
     'medium_expert_1m_rebrac',
+    'medium_expert_1m_bc',
 ))
 PUBLISHED_RUNS = (
     'runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
