@@ -7,7 +7,7 @@ DEMO_DIR ?= data/halfcheetah_random_demo
 MEDIUM_DIR ?= data/halfcheetah_v5_medium
 MEDIUM_EPISODES ?= 1000
 
-.PHONY: install demo test bench bench-offline offline-table medium d4rl-datasets figures
+.PHONY: install demo test bench offline-suite offline-table medium d4rl-datasets figures
 
 install: $(STAMP)
 
@@ -44,14 +44,14 @@ d4rl-datasets: medium
 	test -f data/halfcheetah_v5_expert/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy expert --episodes 1000 --seed 0 --out data/halfcheetah_v5_expert
 	test -f data/halfcheetah_v5_medium_expert/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --dataset-kind medium-expert --episodes 1000 --seed 0 --out data/halfcheetah_v5_medium_expert
 
-bench-offline: medium
-	$(PY) bench/offline.py --dataset $(MEDIUM_DIR)
+offline-suite: medium
+	$(PY) -m tools.offline_suite --dataset $(MEDIUM_DIR)
 
 # docs/results/offline.json and its table, made again from the committed
-# bench lines and long runs (bench/offline_summary.py's PUBLISHED_LINES).
+# bench lines and long runs (tools/offline_table.py's PUBLISHED_LINES).
 offline-table: $(STAMP)
-	$(PY) bench/offline_summary.py --published > docs/results/offline.json
-	$(PY) bench/offline_summary.py --published --markdown
+	$(PY) -m tools.offline_table --published > docs/results/offline.json
+	$(PY) -m tools.offline_table --published --markdown
 
 figures: $(STAMP)
 	$(PY) images/rlds/draw_figures.py

@@ -123,7 +123,7 @@ def main() -> None:
   parser.add_argument('--timeout_s', type=float, default=600,
                       help='give up on an actor after this many seconds')
   parser.add_argument('--out', default=str(
-      REPO / 'images/results/distributed/bench_actors.jsonl'),
+      REPO / 'docs/results/distributed/bench_actors.jsonl'),
                       help='JSON lines file the result is appended to')
   args = parser.parse_args()
   counts = [int(c) for c in args.actors.split(',')]

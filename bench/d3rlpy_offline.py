@@ -2,7 +2,7 @@
 
 Tells the data from the implementation when a score differs from CORL's: an
 independent implementation (d3rlpy 2.x, PyTorch) trains on the same episodes as
-the project's learner (exported by bench/rlds_npz.py) and is evaluated the same
+the project's learner (exported by tools/rlds_npz.py) and is evaluated the same
 way (greedy, 10 episodes of the same HalfCheetah-v5, D4RL's normalisation). If
 d3rlpy lands where our learner lands, the gap to CORL is the data's; if it lands
 near CORL, it is ours.
@@ -19,11 +19,11 @@ terminals/timeouts).
 Runs in a separate venv that has d3rlpy, torch and gymnasium[mujoco] (see
 shared/peers.md; not dependencies of rlds_reverb):
 
-    .venv/bin/python bench/rlds_npz.py --dataset data/halfcheetah_v5_medium \\
+    .venv/bin/python -m tools.rlds_npz --dataset data/halfcheetah_v5_medium \\
         --out /tmp/medium_steps.npz
     /tmp/peer_venv/bin/python bench/d3rlpy_offline.py --steps_npz /tmp/medium_steps.npz \\
         --steps 100000 --eval_interval 5000 --seed 0 \\
-        --reference images/results/offline_rl/medium_1m_rebrac_seed0_eval.jsonl
+        --reference docs/results/offline_rl/medium_1m_rebrac_seed0_eval.jsonl
 
 --reference names an eval.jsonl of the project's learner on the same data and
 seed (a committed run): its score at the steps d3rlpy was evaluated at is put
@@ -144,7 +144,7 @@ def reference_scores(path: str) -> dict[int, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps_npz", required=True, help="RLDS step rows from bench/rlds_npz.py")
+    p.add_argument("--steps_npz", required=True, help="RLDS step rows from tools/rlds_npz.py")
     p.add_argument("--agent", default="rebrac", choices=["rebrac", "td3_bc"])
     p.add_argument("--steps", type=int, default=100_000, help="gradient steps")
     p.add_argument("--eval_interval", type=int, default=5000, help="gradient steps between evaluations")

@@ -64,7 +64,8 @@ def cartpole():
   return envs.env_specs('CartPole-v1')
 
 
-# bench/ scripts (not a package: each runs as `python bench/<name>.py`).
+# bench/ scripts (not a package: each runs as `python bench/<name>.py`) and
+# tools/ modules (`python -m tools.<name>`, run from the repository).
 
 
 def bench_module(name: str) -> types.ModuleType:
@@ -73,6 +74,13 @@ def bench_module(name: str) -> types.ModuleType:
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def tools_module(name: str) -> types.ModuleType:
+  repository = os.path.dirname(os.path.abspath(_TESTS_DIR))
+  if repository not in sys.path:
+    sys.path.insert(0, repository)
+  return importlib.import_module(f'tools.{name}')
 
 
 # Statistics.

@@ -26,7 +26,7 @@ from rlds_reverb.learners import offline_data
 from rlds_reverb.learners import run
 from rlds_reverb.learners import sac_n  # pylint: disable=unused-import (gin)
 from rlds_reverb.replay import episode_table
-from conftest import _rlds, bench_module  # pylint: disable=g-bad-import-order
+from conftest import _rlds, tools_module  # pylint: disable=g-bad-import-order
 
 _LENGTHS = [40, 30, 25]
 _REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
@@ -274,175 +274,10 @@ def test_one_seed_gives_one_run(served, tmp_path, agent):
     np.testing.assert_array_equal(a, b)
 
 
-def test_edac_diversity_probe_reads_what_training_wrote(served, tmp_path):
-  """bench/edac_diversity.py reads the tags and settings an EDAC run
-  writes; a mean cosine of N unit vectors lies in [-1 / (N - 1), 1]."""
-  gin.clear_config()
-  gin.parse_config('SacNConfig.num_critics = 3')
-  try:
-    offline.train_offline(_config(served, tmp_path / 'edac', 'edac'),
-                          show_progress=False)
-  finally:
-    gin.clear_config()
-  offline.train_offline(_config(served, tmp_path / 'td3_bc', 'td3_bc',
-                                steps=2), show_progress=False)
-  probe = bench_module('edac_diversity').probe
-  result = probe(str(tmp_path / 'edac'))
-  assert (result['eta'], result['num_critics']) == (1.0, 3)
-  [row] = result['evaluations']
-  assert row['train_step'] == 30 and row['summaries'] == 1
-  assert -0.5 <= row['mean_gradient_cosine'] <= 1.0
-  assert row['alpha'] > 0
-  with pytest.raises(ValueError, match='not an EDAC run'):
-    probe(str(tmp_path / 'td3_bc'))
-
-
-def test_episode_outcomes_figures():
-  """bench/episode_outcomes.py: nearest-state distances against a brute
-  force, the first turned-over step, and a real episode of the shipped
-  medium policy (upright all the way, above a random policy's score)."""
-  probe = bench_module('episode_outcomes')
-  rng = np.random.default_rng(0)
-  states, data = rng.normal(size=(300, 17)), rng.normal(size=(700, 17))
-  scale = rng.uniform(0.5, 2.0, 17)
-  brute = np.sqrt((((states[:, None] - data[None]) / scale)**2).sum(-1)
-                  ).min(axis=1)
-  np.testing.assert_allclose(probe.nearest_distance(states, data, scale),
-                             brute, rtol=1e-4, atol=1e-4)
-  # Left for good where a run of 3 beyond 1.0 starts, not at an outlier.
-  distance = np.array([0.2, 1.5, 0.3, 1.2, 1.1, 0.9, 1.3, 1.4, 2.0, 0.1])
-  assert probe.departure(distance, 1.0, 3) == 6
-  assert probe.departure(distance, 1.0, 4) is None
-  assert probe.departure(np.full(5, 2.0), 1.0, 5) == 0
-  observations = np.zeros((10, 17))
-  observations[4:7, probe.PITCH] = [1.6, -3.0, 1.5]  # Over at 4 and 5.
-  observations[:, probe.SPEED] = 2.0
-  row = probe.episode_figures(observations, 0.0, 'HalfCheetah-v5')
-  assert row['turned_over_from'] == 4 and row['turned_over_share'] == 0.2
-  assert row['speed'] == 2.0 and row['speed_after_turning_over'] == 2.0
-  assert row['score'] == pytest.approx(envs.normalized_score(
-      'HalfCheetah-v5', 0.0), abs=0.05)
-  policy = numpy_policy.load(os.path.join(
-      os.path.dirname(rlds_reverb.__file__), 'policies', 'halfcheetah_v5',
-      'medium.npz'))
-  [episode] = probe.run_episodes(policy, 'HalfCheetah-v5', 1, seed=0)
-  assert len(episode['observations']) == 1001  # Reset + 1000 steps.
-  row = probe.episode_figures(episode['observations'], episode['return'],
-                              'HalfCheetah-v5')
-  # A random policy scores about -0.3; the medium policy about 39
-  # (docs/datasets.md), greedy no lower.
-  assert row['turned_over_from'] is None and row['score'] > 25
-  assert row['speed_after_turning_over'] is None
-  assert row['speed'] > 2.0
-
-
-class _ConstantPolicy:
-  def __init__(self, value: float):
-    self.value = value
-
-  def greedy(self, states: np.ndarray) -> np.ndarray:
-    return np.full((len(states), 6), self.value, np.float32)
-
-
-def test_episode_outcomes_picks_disjoint_episodes_and_their_starts():
-  probe = bench_module('episode_outcomes')
-  episodes = [np.full((30, 2), i, np.float32) for i in range(10)]
-  for episode in episodes:
-    episode[:, 1] = np.arange(30)  # The step within its episode.
-  picked, held_out, starts = probe.pick_episodes(episodes, 4, 0, 5)
-  assert picked.shape == held_out.shape == (120, 2)
-  assert not set(picked[:, 0]) & set(held_out[:, 0])
-  assert starts.shape == (20, 2) and set(starts[:, 1]) == set(range(5))
-  assert set(starts[:, 0]) == set(picked[:, 0])
-
-
-def test_episode_outcomes_hands_over_after_the_lead_steps():
-  """The lead acts for exactly its steps, then the policy; the handoff's
-  speed and turn-overs are of the policy's own steps."""
-  probe = bench_module('episode_outcomes')
-  lead, policy = _ConstantPolicy(0.5), _ConstantPolicy(-0.25)
-  [episode] = probe.run_episodes(policy, 'HalfCheetah-v5', 1, 0, lead, 7)
-  assert len(episode['actions']) == 1000
-  np.testing.assert_array_equal(episode['actions'][:7], 0.5)
-  np.testing.assert_array_equal(episode['actions'][7:], -0.25)
-  args = argparse.Namespace(env='HalfCheetah-v5', episodes=2, seed=0)
-  figures = probe.handoff_figures(policy, lead, 7, args)
-  episodes = probe.run_episodes(policy, 'HalfCheetah-v5', 2, 0, lead, 7)
-  assert figures['lead_steps'] == 7
-  assert figures['speed'] == pytest.approx(np.mean(
-      [e['observations'][7:, probe.SPEED].mean() for e in episodes]),
-      abs=0.01)
-  over = [probe.episode_figures(e['observations'][7:], 0.0,
-                                'HalfCheetah-v5')['turned_over_from']
-          for e in episodes]
-  over = [step for step in over if step is not None]
-  assert figures['turned_over_episodes'] == len(over)
-  assert figures['turned_over_after_median'] == (
-      np.median(over) if over else None)
-  assert figures['score_mean'] == pytest.approx(np.mean(
-      [envs.normalized_score('HalfCheetah-v5', e['return'])
-       for e in episodes]), abs=0.06)
-  assert 'critic_min_q' not in figures
-  assert probe.discounted_return(np.array([1.0, 2.0, 4.0]), 0.5) == 3.0
-  # Two critics peaking at action 0.5: the lead's 0.5 rates 0 (the
-  # minimum), the policy's -0.25 rates -6 * 0.75^2.
-
-  def critic(inputs):
-    peak = -tf.reduce_sum((inputs[1] - 0.5)**2, axis=1)
-    return (tf.stack([peak, peak + 1.0], axis=1),)
-
-  args = argparse.Namespace(env='HalfCheetah-v5', episodes=2, seed=0,
-                            gamma=0.9, reward_scale=2.0)
-  figures = probe.handoff_figures(policy, lead, 7, args, critic)
-  assert figures['critic_min_q'] == pytest.approx(-3.4, abs=0.05)
-  assert figures['lead_critic_min_q'] == pytest.approx(0.0)
-  assert figures['discounted_return'] == pytest.approx(np.mean(
-      [probe.discounted_return(2.0 * e['rewards'][7:], 0.9)
-       for e in episodes]), abs=0.05)
-  alone = probe.run_episodes(lead, 'HalfCheetah-v5', 2, 0)
-  assert figures['lead_discounted_return'] == pytest.approx(np.mean(
-      [probe.discounted_return(2.0 * e['rewards'][7:], 0.9)
-       for e in alone]), abs=0.05)
-  # The lead's episodes, run once and passed in, give the same figures.
-  assert probe.handoff_figures(policy, lead, 7, args, critic,
-                               alone) == figures
-  still = [dict(e, rewards=np.zeros_like(e['rewards'])) for e in alone]
-  assert probe.handoff_figures(policy, lead, 7, args, critic, still)[
-      'lead_discounted_return'] == 0.0
-
-
-def test_episode_outcomes_rates_a_reference_policys_actions():
-  """The critics' minimum at the actor's and a reference's actions, and
-  the share of states where the reference's is higher (two critics that
-  peak at action 0.5, one a unit above the other)."""
-  probe = bench_module('episode_outcomes')
-
-  def critic(inputs):
-    peak = -tf.reduce_sum((inputs[1] - 0.5)**2, axis=1)
-    return (tf.stack([peak, peak + 1.0], axis=1),)
-
-  states = np.zeros((8, 17), np.float32)
-  own, near_the_peak = _ConstantPolicy(0.0), _ConstantPolicy(0.4)
-  figures = probe.critic_figures(critic, own, states, near_the_peak)
-  assert figures['min_q'] == pytest.approx(-1.5)
-  assert figures['q_std'] == pytest.approx(0.5)
-  assert figures['reference_min_q'] == pytest.approx(-0.1, abs=0.05)
-  assert figures['reference_preferred_share'] == 1.0
-  assert figures['reference_action_distance'] == pytest.approx(0.4)
-  figures = probe.critic_figures(critic, near_the_peak, states, own)
-  assert figures['reference_preferred_share'] == 0.0
-  assert 'reference_min_q' not in probe.critic_figures(critic, own, states)
-  # Values -1.5 (min) everywhere: a step that earns reward 1 gives the gap
-  # -1.5 - (1 + 0.5 * -1.5) = -1.75.
-  gap = probe.bellman_gap(critic, own, np.zeros((4, 17), np.float32),
-                          np.ones(3, np.float32), gamma=0.5)
-  np.testing.assert_allclose(gap, [-1.75] * 3, rtol=1e-6)
-
-
 def test_offline_bench_ends_ctrl_c_with_one_line(monkeypatch, capsys):
-  """bench/offline.py under Ctrl-C: exit 130 and one line saying how to
+  """tools/offline_suite.py under Ctrl-C: exit 130 and one line saying how to
   resume, not a traceback (the long runs are stopped this way)."""
-  bench = bench_module('offline')
+  bench = tools_module('offline_suite')
 
   def interrupted(dataset):
     raise KeyboardInterrupt(dataset)
@@ -459,14 +294,14 @@ def test_offline_bench_ends_ctrl_c_with_one_line(monkeypatch, capsys):
 
 @pytest.mark.parametrize('progress', [True, False])
 def test_offline_bench_shows_each_runs_progress_on_stderr(tmp_path, progress):
-  """bench/offline.py, the long runs' driver: a bar with the rate (unless
+  """tools/offline_suite.py, the long runs' driver: a bar with the rate (unless
   --no-progress) and a line per evaluation on stderr, the one JSON line
   alone on stdout."""
   data = str(tmp_path / 'data')
   recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=0,
                              max_episode_steps=20, show_progress=False)
   result = subprocess.run(
-      [sys.executable, os.path.join('bench', 'offline.py'), '--dataset', data,
+      [sys.executable, '-m', 'tools.offline_suite', '--dataset', data,
        '--agents', 'bc', '--seeds', '0', '--steps', '40',
        '--eval_interval', '20', '--eval_episodes', '1',
        '--root', str(tmp_path / 'runs'), '--curve', str(tmp_path / 'c.png'),

@@ -1,4 +1,4 @@
-"""bench/offline_to_online.py: the dip is measured from the last offline score."""
+"""tools/offline_to_online.py: the dip is measured from the last offline score."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from rlds_reverb.learners import loop
 
-from conftest import bench_module  # pylint: disable=g-bad-import-order
+from conftest import tools_module  # pylint: disable=g-bad-import-order
 
 
 def _run(tmp_path, records):
@@ -29,7 +29,7 @@ def test_dip_is_the_lowest_early_online_score_below_the_last_offline_one(
       _record('online', 21, 1000, 41.5), _record('online', 22, 2000, 45.0),
       # Outside the 5,000-step window: not part of the dip.
       _record('online', 30, 10000, 20.0), _record('online', 40, 20000, 50.0)])
-  summary = bench_module('offline_to_online').summarize(
+  summary = tools_module('offline_to_online').summarize(
       run_dir, dip_window=5000)
   assert summary['before'] == 44.0
   assert summary['after'] == 50.0
@@ -41,7 +41,7 @@ def test_curve_starts_at_the_offline_score_on_env_step_zero(tmp_path):
   run_dir = _run(tmp_path, [
       _record('offline', 10, 0, 30.0), _record('offline', 20, 0, 44.0),
       _record('online', 21, 1000, 41.5)])
-  curve = bench_module('offline_to_online').switch_curve(run_dir)
+  curve = tools_module('offline_to_online').switch_curve(run_dir)
   assert [(r['env_steps'], r['normalized_score']) for r in curve] == [
       (0, 44.0), (1000, 41.5)]
 
@@ -49,5 +49,5 @@ def test_curve_starts_at_the_offline_score_on_env_step_zero(tmp_path):
 def test_a_run_without_an_online_phase_is_an_error_naming_it(tmp_path):
   run_dir = _run(tmp_path, [_record('offline', 20, 0, 44.0)])
   with pytest.raises(ValueError, match='cal_ql_seed0'):
-    bench_module('offline_to_online').summarize(
+    tools_module('offline_to_online').summarize(
       run_dir, dip_window=5000)

@@ -1,4 +1,4 @@
-"""bench/rlds_npz.py and bench/d3rlpy_offline.py's reading of its rows: the
+"""tools/rlds_npz.py and bench/d3rlpy_offline.py's reading of its rows: the
 episodes a peer library trains on are the ones our learners train on."""
 
 
@@ -7,7 +7,7 @@ import pytest
 
 from rlds_reverb import tfds_writer
 
-from conftest import bench_module  # pylint: disable=g-bad-import-order
+from conftest import bench_module, tools_module  # pylint: disable=g-bad-import-order
 
 
 def _episode(length, terminal, offset):
@@ -36,7 +36,7 @@ def test_export_keeps_every_step_in_order_with_its_flags(tmp_path):
       enumerate(episodes), str(tmp_path / 'tfds'), name='tiny',
       spec=tfds_writer.StepSpec(observation_shape=(3,), action_shape=(2,)))
   out = str(tmp_path / 'steps.npz')
-  counts = bench_module('rlds_npz').export(dataset_dir, out)
+  counts = tools_module('rlds_npz').export(dataset_dir, out)
   assert counts == {'episodes': 3, 'steps': 5 + 3 + 4}
   with np.load(out) as f:
     rows = {name: f[name] for name in f.files}

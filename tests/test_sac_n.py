@@ -362,28 +362,3 @@ def test_edac_actor_init_starts_near_tanh_of_a_unit_normal():
     np.testing.assert_array_equal(a.numpy(), b.numpy())
   with pytest.raises(ValueError, match='projection_layer'):
     sac_n.edac_actor_init(agent._critic_network)
-
-
-def test_edac_start_probe_measures_the_actor_against_the_data():
-  """bench/edac_start.py's figures: data actions equal to the greedy ones
-  lie 0 from them and get the same critic values; actions at a bound lie
-  away from them; without critics only the action figures."""
-  from conftest import bench_module  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.learners import export  # pylint: disable=g-import-not-at-top
-  agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
-                          config=sac_n.SacNConfig(num_critics=3))
-  policy = export.from_network(agents.actor_network(agent),
-                               agents.HEAD['edac'], ACTION_SPEC)
-  states, _ = _states_actions()
-  figures = bench_module('edac_start').action_figures
-  rng = np.random.default_rng(0)
-  same = figures(policy, agent.critic_network, states,
-                 policy.greedy(states).astype(np.float32), rng)
-  assert same['greedy_to_data'] == 0.0
-  assert same['min_q_data'] == same['min_q_greedy']
-  assert same['q_std_data'] == same['q_std_greedy']
-  far = figures(policy, agent.critic_network, states,
-                np.ones_like(policy.greedy(states), np.float32), rng)
-  assert far['greedy_to_data'] > 0.1
-  assert set(figures(policy, None, states, states[:, :6], rng)) == {
-      'greedy_saturated', 'sampled_to_greedy', 'greedy_to_data'}
