@@ -22,7 +22,6 @@ import json
 import math
 import os
 import re
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -34,6 +33,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb import convert
+from rlds_reverb import network
 from rlds_reverb import tables
 from rlds_reverb import validate as validate_lib
 from rlds_reverb import writers
@@ -41,8 +41,8 @@ from rlds_reverb import writers
 _LAST = int(ts.StepType.LAST)
 
 
-class ServerUnavailableError(ConnectionError):
-  """The Reverb server did not confirm items (or answer) within the deadline."""
+# One error for a server that does not answer, wherever it is raised.
+ServerUnavailableError = network.ServerUnavailableError
 
 
 class TableFullError(ValueError):
@@ -198,42 +198,6 @@ def episode_range(start: int, stop: int) -> str:
   if stop == start + 1:
     return f'episode {start}'
   return f'episodes {start}-{stop - 1}'
-
-
-def call_with_deadline(fn: Callable[[], Any], timeout_s: Optional[float],
-                       what: str) -> Any:
-  """Runs a blocking server call on a helper thread, waiting `timeout_s`.
-
-  For Reverb calls that take no deadline (`Client.checkpoint`). A call
-  that times out is left running on its (daemon) thread.
-
-  Raises:
-    ServerUnavailableError: No answer within `timeout_s`, or a RuntimeError
-      (what Reverb raises for gRPC errors), naming `what`.
-    Whatever else `fn` raised.
-  """
-  if timeout_s is None:
-    return fn()
-  result: List[Any] = []
-  errors: List[BaseException] = []
-
-  def run():
-    try:
-      result.append(fn())
-    except BaseException as e:  # pylint: disable=broad-except
-      errors.append(e)
-
-  thread = threading.Thread(target=run, daemon=True)
-  thread.start()
-  thread.join(timeout_s)
-  if thread.is_alive():
-    raise ServerUnavailableError(f'{what}: no answer within {timeout_s:g}s '
-                                 '(server down?)')
-  if errors:
-    if isinstance(errors[0], RuntimeError):  # gRPC's, through pybind.
-      raise ServerUnavailableError(f'{what} failed: {errors[0]}')
-    raise errors[0]
-  return result[0]
 
 
 def table_info(client: reverb.Client, table: str,
@@ -761,9 +725,9 @@ class PushLedger:
     self.state.complete = reason == 'end'
     self._save()
     if self._checkpoints and reason in ('every', 'end'):
-      point.checkpoint = call_with_deadline(
-          self._client.checkpoint, self._checkpoint_timeout_s,
-          f'checkpoint of the Reverb server at {self.address}')
+      point.checkpoint = network.call_with_deadline(
+          self._client.checkpoint, timeout_s=self._checkpoint_timeout_s,
+          what='checkpointing its tables', address=self.address)
       self._save()
 
   def _save(self) -> None:
