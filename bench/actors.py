@@ -58,14 +58,14 @@ def start_server(env: str, port: int, log: pathlib.Path) -> subprocess.Popen:
 def publish_initial_weights(env: str, agent: str, address: str) -> None:
   """What a learner publishes at its start: its actor's initial weights."""
   # Imported here: the parent needs TensorFlow only for this.
-  from rlds_reverb import tables  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.storage import tables  # pylint: disable=g-import-not-at-top
   from rlds_reverb.acting import envs  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.learners import agents  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.learners import run  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents import factory  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import run  # pylint: disable=g-import-not-at-top
   from rlds_reverb.replay import variables  # pylint: disable=g-import-not-at-top
   specs = envs.env_specs(env)
-  made = agents.make_agent(agent, specs.time_step_spec, specs.action_spec,
-                           agents.AgentConfig())
+  made = factory.make_agent(agent, specs.time_step_spec, specs.action_spec,
+                           factory.AgentConfig())
   policy = run.export_policy(made, agent, specs)
   variables.publish(tables.connect(address), policy, 0)
 

@@ -52,13 +52,13 @@ import tensorflow as tf
 import tree
 
 import rlds_reverb
-from rlds_reverb import her
-from rlds_reverb import per
-from rlds_reverb import tables
+from rlds_reverb.replay import her
+from rlds_reverb.replay import per
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import offline_data
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import offline_data
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import hindsight
@@ -131,8 +131,8 @@ def _learner_rates(memory, args) -> dict:
       lambda *x: tf.stack(x), *[feed() for _ in range(PREMADE_BATCHES)])
   out = {}
   for kind in args.agents.split(','):
-    agent = agents.make_agent(kind, specs.time_step_spec, specs.action_spec,
-                              agents.AgentConfig())
+    agent = factory.make_agent(kind, specs.time_step_spec, specs.action_spec,
+                              factory.AgentConfig())
     with tempfile.TemporaryDirectory() as root:
       learner = loop.Learner(agent, root, summary_interval=10**9)
       counter = tf.Variable(0, dtype=tf.int32)

@@ -34,13 +34,13 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import rlds
 import tensorflow as tf
 
-from rlds_reverb import convert
-from rlds_reverb import datasets
-from rlds_reverb import her
-from rlds_reverb import push
-from rlds_reverb import tables
+from rlds_reverb.data import convert
+from rlds_reverb.data import datasets
+from rlds_reverb.replay import her
+from rlds_reverb.storage import push
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import offline_data
+from rlds_reverb.experiments import offline_data
 
 ENV = 'FetchReach-v4'
 TABLE = 'her'

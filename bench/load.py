@@ -130,7 +130,7 @@ def _episode(args, seed: int) -> Tuple[List[np.ndarray], np.ndarray]:
 
 def _serve(args, max_size: int, conn) -> None:
   """Server process: one table, then waits until the parent says stop."""
-  from rlds_reverb import tables  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.storage import tables  # pylint: disable=g-import-not-at-top
   table = tables.make_table(
       TABLE, _data_spec(args), max_size=max_size,
       sequence_length=2 if args.item_kind == 'window' else None,
@@ -173,8 +173,8 @@ def _write(index: int, address: str, args, cap: int, ready, go,
            results) -> None:
   """Writer process: writes batches until --seconds or `cap` items."""
   try:
-    from rlds_reverb import tables  # pylint: disable=g-import-not-at-top
-    from rlds_reverb import writers
+    from rlds_reverb.storage import tables  # pylint: disable=g-import-not-at-top
+    from rlds_reverb.storage import writers
     client = tables.connect(address, timeout_s=30)
     columns, step_type = _episode(args, seed=index)
     if args.item_kind == 'window':
@@ -215,7 +215,7 @@ def _sample(index: int, address: str, args, ready, go, results) -> None:
   """Sampler process: draws batches of --sample_batch until --seconds."""
   try:
     import reverb  # pylint: disable=g-import-not-at-top
-    from rlds_reverb import tables
+    from rlds_reverb.storage import tables
     client = tables.connect(address, timeout_s=30)
     batch = args.sample_batch
     timeout_ms = int((args.seconds + 60) * 1000)

@@ -36,9 +36,9 @@ import tensorflow as tf
 from tf_agents.trajectories import trajectory
 
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import run
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import run
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import memory as memory_lib
 
@@ -83,14 +83,14 @@ def main() -> None:
       data_spec, _episodes(data_spec, args.transitions, 1000, args.seed))
   figures = {}
   runs = [(kind, dtype) for kind in args.agents.split(',')
-          for dtype in (dtypes if kind in agents.OFFLINE_RL_AGENTS
+          for dtype in (dtypes if kind in factory.OFFLINE_RL_AGENTS
                         else ['float32'])]
   for kind, dtype in runs:
     name = kind if dtype == 'float32' else f'{kind}@{dtype}'
     run.seed_everything(args.seed)
-    batch_size = agents.DEFAULT_BATCH_SIZE.get(kind, 256)
-    agent = agents.make_agent(kind, specs.time_step_spec, specs.action_spec,
-                              agents.AgentConfig(seed=args.seed,
+    batch_size = factory.DEFAULT_BATCH_SIZE.get(kind, 256)
+    agent = factory.make_agent(kind, specs.time_step_spec, specs.action_spec,
+                              factory.AgentConfig(seed=args.seed,
                                                  critic_dtype=dtype))
     if kind == 'cal_ql':
       feed = feeds.ReturnToGoFeed(memory, batch_size)

@@ -35,10 +35,10 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 # pylint: disable=g-import-not-at-top
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import vector_rollouts
-from rlds_reverb.learners import actor_critic
-from rlds_reverb.learners import normalization
-from rlds_reverb.learners import onpolicy
-from rlds_reverb.learners import ppo
+from rlds_reverb.agents import actor_critic
+from rlds_reverb.agents.onpolicy import normalization
+from rlds_reverb.experiments import onpolicy
+from rlds_reverb.agents.onpolicy import ppo
 
 
 def collect_rate(env: str, copies: int, rollout_size: int,

@@ -42,9 +42,9 @@ import reverb  # pylint: disable=g-import-not-at-top
 import tensorflow as tf
 
 import rlds_reverb
-from rlds_reverb import per
-from rlds_reverb import sampling
-from rlds_reverb import tables
+from rlds_reverb.replay import per
+from rlds_reverb.replay import sampling
+from rlds_reverb.storage import tables
 
 from halfcheetah_data import make_rlds  # pylint: disable=g-bad-import-order
 

@@ -1,4 +1,4 @@
-"""Sampling speed: rlds_reverb.sampling against TF-Agents, same table, same run.
+"""Sampling speed: rlds_reverb.replay.sampling against TF-Agents, same table, same run.
 
 Data: `--transitions` RLDS steps of halfcheetah-shaped data (observation
 (17,), action (6,) float32) in random episodes of `--steps` steps, pushed with
@@ -45,9 +45,9 @@ import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
 import rlds_reverb
-from rlds_reverb import sampling
-from rlds_reverb import tables
-from rlds_reverb import writers
+from rlds_reverb.replay import sampling
+from rlds_reverb.storage import tables
+from rlds_reverb.storage import writers
 
 from halfcheetah_data import make_rlds  # pylint: disable=g-bad-import-order
 from halfcheetah_data import OBS_DIM  # pylint: disable=g-bad-import-order

@@ -61,7 +61,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 # Exceptions that mean bad input or an unusable environment, not a bug: a

@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 
 from absl import flags
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 
 DATASET = flags.DEFINE_string(
     'dataset', None, 'RLDS data: a TFDS name with optional config '

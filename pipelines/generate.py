@@ -5,7 +5,7 @@ Example:
   python -m pipelines.generate --env HalfCheetah-v5 --policy random \
       --episodes 20 --out data/halfcheetah_random
 
-The result loads with `rlds_reverb.datasets.load(OUT)` and with
+The result loads with `rlds_reverb.data.datasets.load(OUT)` and with
 `tfds.builder_from_directory(OUT/<name>/1.0.0)`; for HalfCheetah its steps
 match the TFDS `d4rl_mujoco_halfcheetah` v2 configs. `OUT/.complete` marks a
 finished write.
@@ -22,7 +22,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 from pipelines import cli
-from rlds_reverb import recording
+from rlds_reverb.data import recording
 
 _PROG = 'generate'
 
@@ -50,7 +50,7 @@ _EPISODES = flags.DEFINE_integer(
     'episodes', None, 'Number of episodes to record (> 0); with '
     '--dataset-kind medium-expert, of each half.')
 _OUT = flags.DEFINE_string(
-    'out', None, 'Output directory; pass it to rlds_reverb.datasets.load. Must '
+    'out', None, 'Output directory; pass it to rlds_reverb.data.datasets.load. Must '
     'be absent or empty unless --overwrite.')
 _SEED = flags.DEFINE_integer(
     'seed', 0, 'Seed of the envs (sub-env i gets seed + i) and the policy.')

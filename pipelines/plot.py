@@ -25,8 +25,8 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 from pipelines import cli
-from rlds_reverb.learners import curves
-from rlds_reverb.learners import loop
+from rlds_reverb.experiments import curves
+from rlds_reverb.experiments import loop
 
 _PROG = 'plot'
 

@@ -57,11 +57,11 @@ import tqdm
 
 from pipelines import cli
 from pipelines import common_flags
-from rlds_reverb import convert
-from rlds_reverb import datasets
-from rlds_reverb import push
-from rlds_reverb import shards as shards_lib
-from rlds_reverb import tables
+from rlds_reverb.data import convert
+from rlds_reverb.data import datasets
+from rlds_reverb.storage import push
+from rlds_reverb.storage import shards as shards_lib
+from rlds_reverb.storage import tables
 from rlds_reverb.replay import episode_table
 
 _PROG = 'push'
@@ -121,7 +121,7 @@ _MAX_SIZE = flags.DEFINE_integer(
 _SAMPLER = flags.DEFINE_enum(
     'sampler', 'uniform', list(tables.SAMPLERS), 'Embedded server only: how '
     "learners draw items. 'prioritized' is prioritized replay (see "
-    'rlds_reverb.per): items drawn in proportion to priority**--alpha, all '
+    'rlds_reverb.replay.per): items drawn in proportion to priority**--alpha, all '
     'pushed at --priority (1.0: the starting maximum priority).')
 _ALPHA = flags.DEFINE_float(
     'alpha', 0.6, 'Embedded server only: priority exponent of --sampler '
@@ -488,7 +488,7 @@ def serve(target: Target, config: PushConfig) -> None:
 
 def push_shard(config: PushConfig) -> None:
   """A worker of a sharded push: pushes its --split slice into
-  --reverb_address, printing barrier lines (see `rlds_reverb.shards`) and,
+  --reverb_address, printing barrier lines (see `rlds_reverb.storage.shards`) and,
   at the end, its JSON summary on stdout; an error is one JSON line with
   "shard_error" (the parent prints it), exit 1 (130 for Ctrl-C)."""
   index = config.shard_index

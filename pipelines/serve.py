@@ -40,12 +40,12 @@ from absl import flags
 import reverb
 
 from pipelines import common_flags
-from rlds_reverb import convert
-from rlds_reverb import datasets
-from rlds_reverb import tables
+from rlds_reverb.data import convert
+from rlds_reverb.data import datasets
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import remote
-from rlds_reverb.learners import run
+from rlds_reverb.experiments import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import variables
 

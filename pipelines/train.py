@@ -70,26 +70,26 @@ import tensorflow as tf
 
 from pipelines import common_flags
 from pipelines import onpolicy_flags
-from rlds_reverb import datasets
-from rlds_reverb import her
-from rlds_reverb import per
+from rlds_reverb.data import datasets
+from rlds_reverb.replay import her
+from rlds_reverb.replay import per
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import awac  # pylint: disable=unused-import (gin)
-from rlds_reverb.learners import cal_ql  # pylint: disable=unused-import
-from rlds_reverb.learners import iql  # pylint: disable=unused-import
-from rlds_reverb.learners import offline
-from rlds_reverb.learners import rebrac  # pylint: disable=unused-import
-from rlds_reverb.learners import sac_n  # pylint: disable=unused-import
-from rlds_reverb.learners import online
-from rlds_reverb.learners import onpolicy
-from rlds_reverb.learners import ppo
-from rlds_reverb.learners import run
+from rlds_reverb.agents import factory
+from rlds_reverb.agents.offline import awac  # pylint: disable=unused-import (gin)
+from rlds_reverb.agents.offline import cal_ql  # pylint: disable=unused-import
+from rlds_reverb.agents.offline import iql  # pylint: disable=unused-import
+from rlds_reverb.experiments import offline
+from rlds_reverb.agents.offline import rebrac  # pylint: disable=unused-import
+from rlds_reverb.agents.offline import sac_n  # pylint: disable=unused-import
+from rlds_reverb.experiments import online
+from rlds_reverb.experiments import onpolicy
+from rlds_reverb.agents.onpolicy import ppo
+from rlds_reverb.experiments import run
 
 _PROG = 'train'
 
 _AGENT = flags.DEFINE_enum(
-    'agent', None, list(agents.AGENTS) + list(onpolicy.AGENTS),
+    'agent', None, list(factory.AGENTS) + list(onpolicy.AGENTS),
     'Agent to train. Online (--env only): sac, td3 (continuous actions), dqn '
     '(discrete actions); on-policy: ppo, a2c (either kind, rollouts through '
     'a Reverb queue). Offline (--dataset or --reverb_address): bc, td3_bc, '
@@ -392,9 +392,9 @@ def _root_dir(cls: type, source: str) -> str:
   return os.path.join('runs', f'{_AGENT.value}{replay}_{slug}_seed{seed}')
 
 
-def _agent_config(train_steps: int | None = None) -> agents.AgentConfig:
+def _agent_config(train_steps: int | None = None) -> factory.AgentConfig:
   return _make(
-      agents.AgentConfig, actor_learning_rate=_ACTOR_LR.value,
+      factory.AgentConfig, actor_learning_rate=_ACTOR_LR.value,
       critic_learning_rate=_CRITIC_LR.value,
       alpha_learning_rate=_ALPHA_LR.value, td3_bc_alpha=_TD3_BC_ALPHA.value,
       cql_alpha=_CQL_ALPHA.value, cql_bc_steps=_CQL_BC_STEPS.value,
@@ -412,10 +412,10 @@ def _offline_config() -> offline.OfflineConfig:
   if _HER.value and _AGENT.value not in offline.HER_OFFLINE_AGENTS:
     _usage_error(f'--agent {_AGENT.value} does not train offline with --her;'
                  ' pick one of: ' + ', '.join(offline.HER_OFFLINE_AGENTS))
-  if not _HER.value and _AGENT.value not in agents.OFFLINE_AGENTS:
+  if not _HER.value and _AGENT.value not in factory.OFFLINE_AGENTS:
     _usage_error(f'--agent {_AGENT.value} trains online; drop --dataset / '
                  '--reverb_address, or pick one of: '
-                 + ', '.join(agents.OFFLINE_AGENTS))
+                 + ', '.join(factory.OFFLINE_AGENTS))
   cls = offline.OfflineConfig
   choice = {'auto': None, 'true': True, 'false': False}
   normalize = choice[_NORMALIZE.value]
@@ -433,7 +433,7 @@ def _offline_config() -> offline.OfflineConfig:
       reverb_address=_REVERB_ADDRESS.value, table=table,
       train_steps=train_steps,
       batch_size=(_BATCH_SIZE.value or
-                  agents.DEFAULT_BATCH_SIZE.get(_AGENT.value, 256)),
+                  factory.DEFAULT_BATCH_SIZE.get(_AGENT.value, 256)),
       eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,
       normalize_observations=normalize,
@@ -449,7 +449,7 @@ def _offline_config() -> offline.OfflineConfig:
 
 
 def _online_config() -> online.OnlineConfig:
-  if _AGENT.value in agents.OFFLINE_AGENTS:
+  if _AGENT.value in factory.OFFLINE_AGENTS:
     finetune = (' (td3_bc and cql_sac train online only as fine-tuning '
                 'after the offline phase: --online_finetune_steps)'
                 if _AGENT.value in online.FINETUNE_ONLY_AGENTS else '')

@@ -12,14 +12,14 @@ import io as _io
 with _contextlib.redirect_stderr(_io.StringIO()):
   import gym as _gym  # pylint: disable=g-import-not-at-top,unused-import
 
-from rlds_reverb.convert import convert_rlds_to_episodes
-from rlds_reverb.convert import convert_rlds_to_trajectories
-from rlds_reverb.convert import create_trajectory_data_spec
-from rlds_reverb.convert import EpisodeTrajectories
-from rlds_reverb.convert import get_rlds_step_features
-from rlds_reverb.push import push_rlds_to_reverb
-from rlds_reverb.push import push_rlds_to_table
-from rlds_reverb.push import PushStats
+from rlds_reverb.data.convert import convert_rlds_to_episodes
+from rlds_reverb.data.convert import convert_rlds_to_trajectories
+from rlds_reverb.data.convert import create_trajectory_data_spec
+from rlds_reverb.data.convert import EpisodeTrajectories
+from rlds_reverb.data.convert import get_rlds_step_features
+from rlds_reverb.storage.push import push_rlds_to_reverb
+from rlds_reverb.storage.push import push_rlds_to_table
+from rlds_reverb.storage.push import PushStats
 
 __all__ = [
     'convert_rlds_to_episodes',

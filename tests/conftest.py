@@ -43,10 +43,10 @@ import rlds
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
-from rlds_reverb import datasets
-from rlds_reverb import recording
+from rlds_reverb.data import datasets
+from rlds_reverb.data import recording
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import agents
+from rlds_reverb.agents import factory
 from rlds_reverb.replay import episode_table
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -140,9 +140,9 @@ def _fixed_batch(batch_size=64, seed=0):
 
 def _dqn(cartpole, **config):
   tf.random.set_seed(0)
-  return agents.make_agent('dqn', cartpole.time_step_spec,
+  return factory.make_agent('dqn', cartpole.time_step_spec,
                            cartpole.action_spec,
-                           agents.AgentConfig(q_layers=(32, 32), **config))
+                           factory.AgentConfig(q_layers=(32, 32), **config))
 
 
 # Reverb.

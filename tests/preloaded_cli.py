@@ -36,9 +36,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # What every pipeline imports before its own code runs.
 PRELOAD = ('tensorflow', 'tf_agents.agents', 'tf_agents.environments',
            'reverb', 'tensorflow_datasets', 'rlds', 'gymnasium', 'mujoco',
-           'gin', 'absl.app', 'absl.flags', 'rlds_reverb.datasets',
-           'rlds_reverb.learners.agents', 'rlds_reverb.learners.offline',
-           'rlds_reverb.learners.online', 'rlds_reverb.learners.onpolicy')
+           'gin', 'absl.app', 'absl.flags', 'rlds_reverb.data.datasets',
+           'rlds_reverb.agents.factory', 'rlds_reverb.experiments.offline',
+           'rlds_reverb.experiments.online', 'rlds_reverb.experiments.onpolicy')
 # A preloading interpreter that has not answered by then is replaced.
 START_TIMEOUT_S = 180
 

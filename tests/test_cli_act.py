@@ -34,9 +34,9 @@ GYM_ENV = 'InvertedPendulum-v5'
 SERVER = """
 import sys, time, warnings
 warnings.simplefilter('ignore')
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs, remote
-from rlds_reverb.learners import run
+from rlds_reverb.experiments import run
 spec = run.trajectory_spec(envs.env_specs(sys.argv[1]))
 server = tables.start_server(remote.make_tables(spec, max_episodes=100_000),
                              port=int(sys.argv[2]))

@@ -262,8 +262,8 @@ def test_help_lists_every_flag(module):
 
 def test_prioritized_table_for_per(dataset, tmp_path):
   """--sampler prioritized: a PER table, every item at the starting maximum."""
-  from rlds_reverb import per  # pylint: disable=g-import-not-at-top
-  from rlds_reverb import tables  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.replay import per  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.storage import tables  # pylint: disable=g-import-not-at-top
   push = _background('push', '--dataset', dataset, '--sampler', 'prioritized',
                      '--alpha', '0.5', '--serve',
                      stderr_path=tmp_path / 'push.stderr')

@@ -19,7 +19,7 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
 from pipeline_process import START_TIMEOUT_S  # pylint: disable=g-bad-import-order

@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from rlds_reverb import behaviour_policies
-from rlds_reverb import recording
+from rlds_reverb.data import behaviour_policies
+from rlds_reverb.data import recording
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 import preloaded_cli  # pylint: disable=g-bad-import-order
 

@@ -11,23 +11,23 @@ import re
 import gin
 import pytest
 
-from rlds_reverb import her
-from rlds_reverb import per
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import awac
-from rlds_reverb.learners import cal_ql
-from rlds_reverb.learners import iql
-from rlds_reverb.learners import offline
-from rlds_reverb.learners import online
-from rlds_reverb.learners import rebrac
-from rlds_reverb.learners import sac_n
+from rlds_reverb.replay import her
+from rlds_reverb.replay import per
+from rlds_reverb.agents import factory
+from rlds_reverb.agents.offline import awac
+from rlds_reverb.agents.offline import cal_ql
+from rlds_reverb.agents.offline import iql
+from rlds_reverb.experiments import offline
+from rlds_reverb.experiments import online
+from rlds_reverb.agents.offline import rebrac
+from rlds_reverb.agents.offline import sac_n
 
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[1] / 'configs')
                  .glob('*.gin'))
 
 # How to build each bindable config class (required fields filled in).
 _BUILD = {
-    'AgentConfig': agents.AgentConfig,
+    'AgentConfig': factory.AgentConfig,
     'PerConfig': per.PerConfig,
     'HerConfig': her.HerConfig,
     'OfflineConfig': lambda: offline.OfflineConfig(

@@ -1,4 +1,4 @@
-"""rlds_reverb.convert against TF-Agents' `rlds_to_reverb`, element by element.
+"""rlds_reverb.data.convert against TF-Agents' `rlds_to_reverb`, element by element.
 
 TF-Agents 0.19's `tf_agents.replay_buffers.rlds_to_reverb` is the reference:
 same trajectories (every field, dtype, shape and value), same specs, same
@@ -26,7 +26,7 @@ from tf_agents.trajectories import trajectory
 import tree
 
 import rlds_reverb
-from rlds_reverb import convert
+from rlds_reverb.data import convert
 
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 

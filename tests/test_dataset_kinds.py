@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from rlds_reverb import behaviour_policies
-from rlds_reverb import recording
+from rlds_reverb.data import behaviour_policies
+from rlds_reverb.data import recording
 from conftest import _episodes  # pylint: disable=g-bad-import-order
 
 _LIMIT = 20  # env steps per episode in these tests

@@ -1,4 +1,4 @@
-"""Tests for rlds_reverb.datasets.load: local directories and TFDS names.
+"""Tests for rlds_reverb.data.datasets.load: local directories and TFDS names.
 
 Never touches the network: TFDS names are either unprepared with
 download=False or served by tfds.testing.mock_data.
@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from rlds_reverb import datasets
-from rlds_reverb import recording
+from rlds_reverb.data import datasets
+from rlds_reverb.data import recording
 
 D4RL = 'd4rl_mujoco_halfcheetah/v2-medium'
 

@@ -1,4 +1,4 @@
-"""A learner fed by an actor it does not run (learners/distributed.py).
+"""A learner fed by an actor it does not run (experiments/distributed.py).
 
 One real Reverb server holds the episode and weights tables of a CartPole
 run (what `pipelines.serve --env` starts); an `acting.remote.Actor` writes
@@ -15,11 +15,11 @@ import threading
 
 import pytest
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import remote
-from rlds_reverb.learners import online
-from rlds_reverb.learners import run
+from rlds_reverb.experiments import online
+from rlds_reverb.experiments import run
 from rlds_reverb.replay import variables
 import preloaded_cli  # pylint: disable=g-bad-import-order
 

@@ -10,8 +10,8 @@ from absl.testing import absltest
 import reverb
 
 import rlds_reverb
-from rlds_reverb import server_link
-from rlds_reverb import tables
+from rlds_reverb.storage import server_link
+from rlds_reverb.storage import tables
 from rlds_reverb.replay import episode_table
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from conftest import _Server  # pylint: disable=g-bad-import-order

@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.export: every agent's actor, read into a numpy policy,
+"""rlds_reverb.agents.export: every agent's actor, read into a numpy policy,
 acts as TF-Agents' greedy policy.
 """
 
@@ -9,16 +9,16 @@ from tf_agents.policies import greedy_policy
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.acting import numpy_policy
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import export
+from rlds_reverb.agents import factory
+from rlds_reverb.agents import export
 
 
 @pytest.mark.parametrize(
-    'kind', [k for k in agents.AGENTS if k not in agents.DISCRETE_AGENTS])
+    'kind', [k for k in factory.AGENTS if k not in factory.DISCRETE_AGENTS])
 def test_numpy_policy_is_the_tf_agents_greedy_policy(kind, specs, tmp_path):
-  agent = agents.make_agent(kind, specs.time_step_spec, specs.action_spec)
-  policy = export.from_network(agents.actor_network(agent),
-                               agents.HEAD[kind], specs.action_spec)
+  agent = factory.make_agent(kind, specs.time_step_spec, specs.action_spec)
+  policy = export.from_network(factory.actor_network(agent),
+                               factory.HEAD[kind], specs.action_spec)
   obs = np.random.default_rng(0).normal(size=(8, 17)).astype(np.float32)
   step = ts.restart(tf.constant(obs), batch_size=8)
   expected = greedy_policy.GreedyPolicy(agent.policy).action(step).action

@@ -12,10 +12,10 @@ import pytest
 import tensorflow as tf
 import tree
 
-from rlds_reverb import per
-from rlds_reverb import tables
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import run
+from rlds_reverb.replay import per
+from rlds_reverb.storage import tables
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import memory as memory_lib
@@ -100,9 +100,9 @@ def test_train_step_weights_and_updates_only_the_sampled_rows(cartpole):
   feed = feeds.PrioritizedFeed(memory, 8, config)
   feed.set_priorities(memory.transition_rows(), np.linspace(
       0.5, 3.0, int(memory.num_transitions)).astype(np.float32))
-  agent = agents.make_agent('dqn', cartpole.time_step_spec,
+  agent = factory.make_agent('dqn', cartpole.time_step_spec,
                             cartpole.action_spec,
-                            agents.AgentConfig(q_layers=(16,)))
+                            factory.AgentConfig(q_layers=(16,)))
   step = feeds.PrioritizedTrainStep(agent, feed)
   before = feed.tree.values().numpy()
   tf.random.set_seed(3)

@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.gae against references computed another way.
+"""rlds_reverb.agents.onpolicy.gae against references computed another way.
 
 The reference sums A_t = sum_l (gamma lambda)^l delta_{t+l} directly over
 the rest of each episode segment, with each delta written out from the
@@ -10,7 +10,7 @@ env copies that end at different steps.
 import numpy as np
 import pytest
 
-from rlds_reverb.learners import gae
+from rlds_reverb.agents.onpolicy import gae
 
 GAMMA, LAM = 0.9, 0.8
 

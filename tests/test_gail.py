@@ -1,4 +1,4 @@
-"""GAIL's pieces (rlds_reverb.learners.gail)."""
+"""GAIL's pieces (rlds_reverb.agents.onpolicy.gail)."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import rlds
 import tensorflow as tf
 
 import rlds_fixtures as fx
-from rlds_reverb.learners import gail
-from rlds_reverb.learners import normalization
+from rlds_reverb.agents.onpolicy import gail
+from rlds_reverb.agents.onpolicy import normalization
 
 OBS, ACT = 3, 2
 

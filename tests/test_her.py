@@ -1,4 +1,4 @@
-"""rlds_reverb.her: goal relabelling at sample time on a real Reverb table.
+"""rlds_reverb.replay.her: goal relabelling at sample time on a real Reverb table.
 
 The synthetic episodes carry their identity in their values: episode e's
 achieved goal at step s is [e, s, 0.5], its observation [e, s] and its
@@ -13,16 +13,16 @@ import pytest
 import rlds
 import tensorflow as tf
 
-from rlds_reverb import convert
-from rlds_reverb import her
-from rlds_reverb import push
-from rlds_reverb import tables
+from rlds_reverb.data import convert
+from rlds_reverb.replay import her
+from rlds_reverb.storage import push
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import run
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import run
 
 BATCH = 256
 
@@ -393,8 +393,8 @@ def test_fetchreach_rewards_are_the_envs_and_critic_loss_falls(tmp_path):
       np.testing.assert_array_equal(batch.discount[:, 0], 1.0)  # timeouts
     # The critic fits one relabelled batch (its targets move with it, so
     # the loss of a stream of fresh batches need not fall this early).
-    agent = agents.make_agent('td3', specs.time_step_spec, specs.action_spec,
-                              agents.AgentConfig(seed=0))
+    agent = factory.make_agent('td3', specs.time_step_spec, specs.action_spec,
+                              factory.AgentConfig(seed=0))
     learner = loop.Learner(agent, str(tmp_path))
     fixed = next(iter(her.dataset(address, 'online', data_spec, BATCH,
                                   her.reward_fn_for(env))))
@@ -414,8 +414,8 @@ def test_a_saved_her_policy_takes_raw_observations(tmp_path):
   """policy.npz carries the normaliser: loaded, it acts on concat(obs, goal)
   exactly as the actor acted on the normalised view."""
   specs = envs.env_specs('FetchReach-v4')
-  agent = agents.make_agent('td3', specs.time_step_spec, specs.action_spec,
-                            agents.AgentConfig(seed=0))
+  agent = factory.make_agent('td3', specs.time_step_spec, specs.action_spec,
+                            factory.AgentConfig(seed=0))
   rng = np.random.default_rng(0)
   normalizer = her.GoalNormalizer(10, 3)
   normalizer.update(rng.normal(1.0, 0.3, (500, 10)),

@@ -17,7 +17,7 @@ import tensorflow as tf
 import tree
 
 import rlds_reverb
-from rlds_reverb import her
+from rlds_reverb.replay import her
 from rlds_reverb.replay import hindsight
 from rlds_reverb.replay import memory as memory_lib
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order

@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.iql and awac: the expectile loss by hand, losses fall
+"""rlds_reverb.agents.offline.iql and awac: the expectile loss by hand, losses fall
 on a fixed batch, checkpoints restore every variable, TD errors per item,
 PER weights reach the critic losses, IQL's actor rate decays.
 """
@@ -13,10 +13,10 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import awac
-from rlds_reverb.learners import iql
-from rlds_reverb.learners import run
+from rlds_reverb.agents import factory
+from rlds_reverb.agents.offline import awac
+from rlds_reverb.agents.offline import iql
+from rlds_reverb.experiments import run
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 
 BATCH = 64
@@ -31,8 +31,8 @@ def make(kind, seed=0, train_steps=1000):
   time_step_spec = ts.time_step_spec(
       tensor_spec.TensorSpec([17], tf.float32, name='observation'))
   action_spec = tensor_spec.BoundedTensorSpec([6], tf.float32, -1, 1)
-  # Resolved, as agents.make_agent hands it to the factories.
-  config = agents.AgentConfig(
+  # Resolved, as factory.make_agent hands it to the factories.
+  config = factory.AgentConfig(
       actor_learning_rate=3e-4, critic_learning_rate=3e-4,
       actor_layers=(256, 256), critic_layers=(256, 256), gamma=0.99,
       target_update_tau=0.005, reward_scale_factor=1.0,
@@ -165,7 +165,7 @@ def test_settings_follow_corl():
 def test_iql_actor_rate_rises_again_after_its_period():
   """PyTorch's CosineAnnealingLR, as CORL's IQL: fine-tuning past the
   offline phase does not leave the actor at a zero rate."""
-  from rlds_reverb.learners import iql as iql_lib  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents.offline import iql as iql_lib  # pylint: disable=g-import-not-at-top
   schedule = iql_lib.PeriodicCosine(1.0, 4)
   assert [round(float(schedule(s)), 6) for s in (0, 2, 4, 6, 8)] == [
       1.0, 0.5, 0.0, 0.5, 1.0]

@@ -1,6 +1,6 @@
 """Learners that fail: each failure ends with one short line naming its cause.
 
-In training (rlds_reverb.learners.run / loop): an op error becomes the op's
+In training (rlds_reverb.experiments.run / loop): an op error becomes the op's
 own message with the phase and the step, a non-finite loss stops training at
 its step. On a remote table (pipelines.train --reverb_address): a killed
 server ends the learner within a bound, or with --reconnect is waited for
@@ -20,9 +20,9 @@ import pytest
 import tensorflow as tf
 import tqdm
 
-from rlds_reverb import recording
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import run
+from rlds_reverb.data import recording
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import run
 from conftest import _dqn  # pylint: disable=g-bad-import-order
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
@@ -163,8 +163,8 @@ def test_killed_server_ends_a_streaming_learner_or_is_waited_for(tmp_path):
   """kill -9 of the server: one learner fails within a bound naming the
   address; one with --reconnect waits, says what it found on the server's
   return, and ends on Ctrl-C with its one line (exit 130)."""
-  from rlds_reverb import datasets  # pylint: disable=g-import-not-at-top
-  from rlds_reverb import push  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.data import datasets  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.storage import push  # pylint: disable=g-import-not-at-top
   import reverb  # pylint: disable=g-import-not-at-top
   data = str(tmp_path / 'hc')
   recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=1,

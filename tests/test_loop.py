@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.loop: the learner's checkpoint restores every weight,
+"""rlds_reverb.experiments.loop: the learner's checkpoint restores every weight,
 optimizer slot and step counter; eval.jsonl holds no record of a dead run
 beyond the checkpoint a run resumes from.
 """
@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import online
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import online
 from conftest import _dqn, _fixed_batch  # pylint: disable=g-bad-import-order
 
 
 def _optimized_variables(agent):
   """optimizer attribute -> the variables it trains."""
   # pylint: disable=protected-access
-  actor = agents.actor_network(agent).trainable_variables
+  actor = factory.actor_network(agent).trainable_variables
   found = {'_optimizer': actor} if hasattr(agent, '_optimizer') else {
       '_actor_optimizer': actor,
       '_critic_optimizer': (agent._critic_network_1.trainable_variables +
@@ -45,7 +45,7 @@ def _state(agent):
 @pytest.mark.parametrize('kind', ['bc', 'td3_bc', 'cql_sac'])
 def test_checkpoint_restores_weights_and_optimizer_state(kind, specs,
                                                         tmp_path):
-  make = lambda: agents.make_agent(kind, specs.time_step_spec,
+  make = lambda: factory.make_agent(kind, specs.time_step_spec,
                                    specs.action_spec)
   batch = _fixed_batch(32)
   agent = make()
@@ -126,7 +126,7 @@ def test_crash_after_evals_past_the_checkpoint_then_resume(tmp_path):
       env_steps=600, initial_collect_steps=100, batch_size=16,
       train_every=100, utd=0.25, eval_interval=100, eval_episodes=1,
       checkpoint_interval=300, replay_size=10_000,
-      agent_config=agents.AgentConfig(q_layers=(16,)))
+      agent_config=factory.AgentConfig(q_layers=(16,)))
 
   class Crash(Exception):
     pass
@@ -150,7 +150,7 @@ def test_the_step_is_traced_unconverted_unless_it_converts_itself(
     specs, tmp_path):
   """The learner's loop runs the step as plain Python: a step that branches
   on a tensor fails by name; wrapped in tf.function it converts itself."""
-  agent = agents.make_agent('bc', specs.time_step_spec, specs.action_spec)
+  agent = factory.make_agent('bc', specs.time_step_spec, specs.action_spec)
 
   def branching_step(batch):
     loss = agent.train(batch).loss

@@ -1,4 +1,4 @@
-"""Tests for `datasets.load('minari:ID')` (rlds_reverb.minari_source).
+"""Tests for `datasets.load('minari:ID')` (rlds_reverb.data.minari_source).
 
 The Minari datasets are written here, in a pytest tmp dir, by Minari's own
 writer (`minari.create_dataset_from_buffers`) from real gymnasium rollouts
@@ -18,11 +18,11 @@ import pytest
 import rlds
 import tensorflow as tf
 
-from rlds_reverb import convert
-from rlds_reverb import datasets
-from rlds_reverb import minari_source
+from rlds_reverb.data import convert
+from rlds_reverb.data import datasets
+from rlds_reverb.data import minari_source
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import offline_data
+from rlds_reverb.experiments import offline_data
 
 minari = pytest.importorskip('minari')
 EpisodeBuffer = minari.data_collector.EpisodeBuffer

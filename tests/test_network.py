@@ -1,4 +1,4 @@
-"""Tests for rlds_reverb.network: addresses, deadlines, listening sockets.
+"""Tests for rlds_reverb.storage.network: addresses, deadlines, listening sockets.
 
 Servers started and killed are in test_tables.py (start, connect, the
 all-interfaces warning, restart on a port in TIME_WAIT) and
@@ -13,7 +13,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import tensorflow as tf
 
-from rlds_reverb import network
+from rlds_reverb.storage import network
 
 
 class AddressTest(parameterized.TestCase):

@@ -1,10 +1,10 @@
-"""rlds_reverb.learners.normalization: VecNormalize's statistics."""
+"""rlds_reverb.agents.onpolicy.normalization: VecNormalize's statistics."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from rlds_reverb.learners import normalization
+from rlds_reverb.agents.onpolicy import normalization
 
 
 def test_running_statistics_equal_those_of_all_batches():

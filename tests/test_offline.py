@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.offline: short offline runs on real tables (an
+"""rlds_reverb.experiments.offline: short offline runs on real tables (an
 existing float64 table, prioritized replay streamed and from the memory)
 and the config checks.
 """
@@ -9,10 +9,10 @@ import rlds
 import tensorflow as tf
 
 import rlds_reverb
-from rlds_reverb import per
-from rlds_reverb import tables
+from rlds_reverb.replay import per
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import agents
+from rlds_reverb.agents import factory
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from conftest import _rlds  # pylint: disable=g-bad-import-order
@@ -20,9 +20,9 @@ from conftest import _rlds  # pylint: disable=g-bad-import-order
 
 def test_offline_training_reads_an_existing_float64_table(tmp_path):
   """--reverb_address: a table someone else filled, cast when sampled."""
-  from rlds_reverb import convert  # pylint: disable=g-import-not-at-top
-  from rlds_reverb import push  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.data import convert  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.storage import push  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import offline  # pylint: disable=g-import-not-at-top
   # D4RL v1 replay style: float64 steps (TF-Agents' spec keeps discount
   # float32, so that one stays).
   rlds_data = _rlds([40, 30]).map(lambda e: {rlds.STEPS: e[rlds.STEPS].map(
@@ -52,9 +52,9 @@ def test_offline_training_reads_an_existing_float64_table(tmp_path):
 
 def test_prioritized_offline_training_moves_the_priorities(tmp_path):
   """Prioritized sampling over a pushed RLDS dataset (--reverb_address)."""
-  from rlds_reverb import convert  # pylint: disable=g-import-not-at-top
-  from rlds_reverb import push  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.data import convert  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.storage import push  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import offline  # pylint: disable=g-import-not-at-top
   rlds_data = _rlds([40, 30], dtype=np.float32)
   spec = convert.create_trajectory_data_spec(rlds_data)
   server = tables.start_server([per.make_table('rlds', spec, max_size=100)])
@@ -66,7 +66,7 @@ def test_prioritized_offline_training_moves_the_priorities(tmp_path):
         reverb_address=f'localhost:{server.port}', train_steps=40,
         batch_size=16, eval_interval=40, eval_episodes=1,
         checkpoint_interval=40, replay='prioritized', feed='stream',
-        agent_config=agents.AgentConfig(actor_layers=(16,),
+        agent_config=factory.AgentConfig(actor_layers=(16,),
                                         critic_layers=(16,)))
     summary = offline.train_offline(config, show_progress=False)
     assert summary['replay'] == 'prioritized' and summary['train_steps'] == 40
@@ -92,7 +92,7 @@ def test_prioritized_offline_training_moves_the_priorities(tmp_path):
 def test_offline_prioritized_run_keeps_priorities_in_the_store(tmp_path):
   """A memory-fed prioritized offline run: priorities move, are written to
   the side table at each checkpoint, and a resumed run reads them back."""
-  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import offline  # pylint: disable=g-import-not-at-top
   rlds_data = _rlds([40, 30], dtype=np.float32)
   spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
   server = tables.start_server([
@@ -108,7 +108,7 @@ def test_offline_prioritized_run_keeps_priorities_in_the_store(tmp_path):
         reverb_address=f'localhost:{server.port}', train_steps=40,
         batch_size=16, eval_interval=40, eval_episodes=1,
         checkpoint_interval=20, replay='prioritized',
-        agent_config=agents.AgentConfig(actor_layers=(16,),
+        agent_config=factory.AgentConfig(actor_layers=(16,),
                                         critic_layers=(16,)))
     summary = offline.train_offline(config, show_progress=False)
     assert summary['feed'] == 'memory' and summary['transitions'] == 68
@@ -124,7 +124,7 @@ def test_offline_prioritized_run_keeps_priorities_in_the_store(tmp_path):
 
 
 def test_offline_config_errors():
-  from rlds_reverb.learners import offline  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import offline  # pylint: disable=g-import-not-at-top
   base = dict(dataset='d', root_dir='/tmp/x', replay='prioritized')
   specs = envs.env_specs('HalfCheetah-v5')
   with pytest.raises(ValueError, match='bc has no TD error'):

@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.offline_data: checking and casting offline data, the
+"""rlds_reverb.experiments.offline_data: checking and casting offline data, the
 table that holds a whole dataset, its batches and observation statistics.
 """
 
@@ -7,11 +7,11 @@ import pytest
 import rlds
 import tensorflow as tf
 
-from rlds_reverb import push
-from rlds_reverb import recording
-from rlds_reverb import tables
-from rlds_reverb import validate
-from rlds_reverb.learners import offline_data
+from rlds_reverb.storage import push
+from rlds_reverb.data import recording
+from rlds_reverb.storage import tables
+from rlds_reverb.data import validate
+from rlds_reverb.experiments import offline_data
 from rlds_reverb.replay import episode_table
 from conftest import _rlds  # pylint: disable=g-bad-import-order
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
@@ -59,7 +59,7 @@ def test_a_field_that_cannot_be_cast_is_named(specs):
 
 
 def test_the_table_holds_the_whole_dataset(specs, dataset_dir):
-  from rlds_reverb import datasets  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.data import datasets  # pylint: disable=g-import-not-at-top
   rlds_data = offline_data.check_and_cast(datasets.load(dataset_dir), specs)
   spec = offline_data.convert.create_trajectory_data_spec(rlds_data)
   server = tables.start_server([tables.make_table(
@@ -87,7 +87,7 @@ def test_the_table_holds_the_whole_dataset(specs, dataset_dir):
 
 
 def test_a_full_table_fails_instead_of_evicting(specs, dataset_dir):
-  from rlds_reverb import datasets  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.data import datasets  # pylint: disable=g-import-not-at-top
   rlds_data = offline_data.check_and_cast(datasets.load(dataset_dir), specs)
   spec = offline_data.convert.create_trajectory_data_spec(rlds_data)
   server = tables.start_server([tables.make_table('rlds', spec, max_size=10)])

@@ -15,16 +15,16 @@ import pytest
 import tensorflow as tf
 
 import rlds_reverb
-from rlds_reverb import recording
-from rlds_reverb import tables
+from rlds_reverb.data import recording
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import offline
-from rlds_reverb.learners import offline_data
-from rlds_reverb.learners import run
-from rlds_reverb.learners import sac_n  # pylint: disable=unused-import (gin)
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import offline
+from rlds_reverb.experiments import offline_data
+from rlds_reverb.experiments import run
+from rlds_reverb.agents.offline import sac_n  # pylint: disable=unused-import (gin)
 from rlds_reverb.replay import episode_table
 from conftest import _rlds, tools_module  # pylint: disable=g-bad-import-order
 
@@ -51,11 +51,11 @@ def _config(address, root, agent, steps=30, **overrides):
       agent=agent, dataset='table', root_dir=str(root),
       reverb_address=address, train_steps=steps, batch_size=16,
       eval_interval=steps, eval_episodes=1, checkpoint_interval=steps,
-      seed=1, agent_config=agents.AgentConfig(
+      seed=1, agent_config=factory.AgentConfig(
           actor_layers=(16,), critic_layers=(16,), seed=1), **overrides)
 
 
-@pytest.mark.parametrize('agent', agents.OFFLINE_RL_AGENTS)
+@pytest.mark.parametrize('agent', factory.OFFLINE_RL_AGENTS)
 def test_each_learner_trains_exports_and_resumes(served, tmp_path, agent):
   gin.clear_config()
   gin.parse_config('SacNConfig.num_critics = 3')
@@ -67,7 +67,7 @@ def test_each_learner_trains_exports_and_resumes(served, tmp_path, agent):
     assert summary['transitions'] == sum(n - 1 for n in _LENGTHS)
     assert np.isfinite(summary['offline_normalized_score'])
     policy = numpy_policy.load(str(root / 'policy_offline.npz'))
-    assert policy.head == agents.HEAD[agent]
+    assert policy.head == factory.HEAD[agent]
     assert policy.metadata['agent'] == agent
     records = loop.Learner.read_eval_log(str(root))
     assert [r['train_step'] for r in records] == [30]
@@ -93,7 +93,7 @@ def test_iql_scales_rewards_by_the_data_returns(served, tmp_path):
     # The last step holds no transition.
     rewards.append(rng.normal(size=n).astype(np.float32)[:-1].sum())
   expected = 1000.0 / np.ptp(rewards)
-  agent = agents.make_agent('iql', *_specs(), config.agent_config)
+  agent = factory.make_agent('iql', *_specs(), config.agent_config)
   checkpoint = tf.train.Checkpoint(agent=agent)
   checkpoint.restore(tf.train.latest_checkpoint(
       str(tmp_path / 'iql' / loop.CHECKPOINT_DIR))).expect_partial()
@@ -214,7 +214,7 @@ def test_lost_episodes_are_refused_from_one_whole_episode_on(
 
 def test_a_resume_under_other_method_settings_is_refused(served, tmp_path):
   """The gin-bound method settings are part of the recorded run."""
-  from rlds_reverb.learners import resume  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import resume  # pylint: disable=g-import-not-at-top
   root = tmp_path / 'rebrac'
   gin.clear_config()
   try:

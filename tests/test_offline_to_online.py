@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rlds_reverb.learners import loop
+from rlds_reverb.experiments import loop
 
 from conftest import tools_module  # pylint: disable=g-bad-import-order
 

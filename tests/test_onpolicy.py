@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.onpolicy with GAIL: demonstrations, rewards, freeze."""
+"""rlds_reverb.experiments.onpolicy with GAIL: demonstrations, rewards, freeze."""
 
 import os
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rlds_reverb import recording
+from rlds_reverb.data import recording
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import normalization
-from rlds_reverb.learners import onpolicy
-from rlds_reverb.learners import ppo
+from rlds_reverb.experiments import loop
+from rlds_reverb.agents.onpolicy import normalization
+from rlds_reverb.experiments import onpolicy
+from rlds_reverb.agents.onpolicy import ppo
 
 ROLLOUT = 256
 

@@ -5,7 +5,7 @@ episodes a peer library trains on are the ones our learners train on."""
 import numpy as np
 import pytest
 
-from rlds_reverb import tfds_writer
+from rlds_reverb.data import tfds_writer
 
 from conftest import bench_module, tools_module  # pylint: disable=g-bad-import-order
 

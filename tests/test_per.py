@@ -1,4 +1,4 @@
-"""Prioritized replay (rlds_reverb.per) on a real Reverb server.
+"""Prioritized replay (rlds_reverb.replay.per) on a real Reverb server.
 
 Statistical checks use fixed seeds where we draw, and bounds whose false-alarm
 probability is about 1e-6 where Reverb draws (its sampler takes no seed).
@@ -11,13 +11,13 @@ import tensorflow as tf
 import tree
 from tf_agents.trajectories import trajectory
 
-from rlds_reverb import per
-from rlds_reverb import tables
+from rlds_reverb.replay import per
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import run
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import run
 from conftest import _dqn  # pylint: disable=g-bad-import-order
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 
@@ -270,8 +270,8 @@ def test_importance_weights_reach_the_dqn_loss(cartpole, data_spec):
 
 def test_an_agent_without_td_errors_is_named():
   specs = envs.env_specs('HalfCheetah-v5')
-  agent = agents.make_agent('bc', specs.time_step_spec, specs.action_spec,
-                            agents.AgentConfig(actor_layers=(8,)))
+  agent = factory.make_agent('bc', specs.time_step_spec, specs.action_spec,
+                            factory.AgentConfig(actor_layers=(8,)))
   info = agent.train(_fixed_batch(8))
   with pytest.raises(ValueError, match='has no td_error'):
     per.td_errors(info)

@@ -1,4 +1,4 @@
-"""PPO and A2C (rlds_reverb.learners.ppo, actor_critic, onpolicy)."""
+"""PPO and A2C (rlds_reverb.agents.onpolicy.ppo, actor_critic, onpolicy)."""
 
 import json
 import os
@@ -9,11 +9,11 @@ import tensorflow as tf
 
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
-from rlds_reverb.learners import actor_critic
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import normalization
-from rlds_reverb.learners import onpolicy
-from rlds_reverb.learners import ppo
+from rlds_reverb.agents import actor_critic
+from rlds_reverb.experiments import loop
+from rlds_reverb.agents.onpolicy import normalization
+from rlds_reverb.experiments import onpolicy
+from rlds_reverb.agents.onpolicy import ppo
 
 
 def continuous_model(seed=0):

@@ -1,4 +1,4 @@
-"""rlds_reverb.push against TF-Agents' observers, on a real Reverb server.
+"""rlds_reverb.storage.push against TF-Agents' observers, on a real Reverb server.
 
 Items are read back from queue tables (FIFO, each item once) in the order
 they were inserted, and compared field by field with the items that
@@ -27,8 +27,8 @@ from tf_agents.specs import tensor_spec
 import tree
 
 import rlds_reverb
-from rlds_reverb import push
-from rlds_reverb import validate
+from rlds_reverb.storage import push
+from rlds_reverb.data import validate
 
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 

@@ -1,5 +1,5 @@
 """`python -m pipelines.push --num_workers N`: the split pushed by N worker
-processes, with global barriers held by the parent (rlds_reverb/shards.py).
+processes, with global barriers held by the parent (rlds_reverb/storage/shards.py).
 
 Subprocesses on loopback, every wait bounded, every process killed at the
 end. The data: episodes of 5-8 steps whose observations name episode and
@@ -16,8 +16,8 @@ from typing import List
 import numpy as np
 import pytest
 
-from rlds_reverb import push
-from rlds_reverb import shards
+from rlds_reverb.storage import push
+from rlds_reverb.storage import shards
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from test_push_faults import _Process, _push, _serve, _summary, _wait_for_points
 

@@ -1,4 +1,4 @@
-"""ReBRAC and Cal-QL (rlds_reverb.learners.rebrac / cal_ql) and the
+"""ReBRAC and Cal-QL (rlds_reverb.agents.offline.rebrac / cal_ql) and the
 returns-to-go feed Cal-QL's bound reads (replay.feeds.ReturnToGoFeed)."""
 
 import numpy as np
@@ -8,8 +8,8 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from rlds_reverb.learners import cal_ql
-from rlds_reverb.learners import rebrac
+from rlds_reverb.agents.offline import cal_ql
+from rlds_reverb.agents.offline import rebrac
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import memory as memory_lib
 

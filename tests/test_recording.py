@@ -1,4 +1,4 @@
-"""Tests for recording rollouts (rlds_reverb.recording).
+"""Tests for recording rollouts (rlds_reverb.data.recording).
 
 Real MuJoCo envs and real TFDS writing/reading; tiny episodes keep it fast.
 The `cheetah` fixture (conftest.py) records 3 HalfCheetah episodes once.
@@ -14,9 +14,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from rlds_reverb import datasets
-from rlds_reverb import recording
-from rlds_reverb import tfds_writer
+from rlds_reverb.data import datasets
+from rlds_reverb.data import recording
+from rlds_reverb.data import tfds_writer
 from rlds_reverb.acting import envs as acting_envs
 from rlds_reverb.acting import numpy_policy
 from conftest import _episodes  # pylint: disable=g-bad-import-order

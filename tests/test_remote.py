@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import reverb
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.acting import remote
 from rlds_reverb.acting import sender
-from rlds_reverb.learners import run
+from rlds_reverb.experiments import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import variables
 from rlds_reverb.replay import variants

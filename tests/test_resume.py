@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.resume: a run directory resumes only the run it holds,
+"""rlds_reverb.experiments.resume: a run directory resumes only the run it holds,
 and a run that fails before it starts leaves nothing behind."""
 
 import dataclasses
@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import offline
-from rlds_reverb.learners import online
-from rlds_reverb.learners import resume
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import offline
+from rlds_reverb.experiments import online
+from rlds_reverb.experiments import resume
 
 
 def _dataset(path, info='{"version": "1.0.0"}'):
@@ -51,14 +51,14 @@ def test_compute_dtype_may_change_and_each_change_is_kept(tmp_path):
   resume changed and from which checkpoint."""
   root, data = tmp_path / 'run', _dataset(tmp_path / 'data')
   bf16 = lambda **fields: _offline(
-      root, data, agent='rebrac', agent_config=agents.AgentConfig(
+      root, data, agent='rebrac', agent_config=factory.AgentConfig(
           critic_dtype='bfloat16'), **fields)
   _saved_run(root, bf16())
   (root / 'checkpoints' / 'checkpoint').write_text(
       'model_checkpoint_path: "ckpt-500"\n')
   (root / 'checkpoints' / 'ckpt-500.index').write_text('')
   as_float32 = dataclasses.replace(bf16(train_steps=9), agent_config=(
-      agents.AgentConfig(critic_dtype='float32')))
+      factory.AgentConfig(critic_dtype='float32')))
   record = resume.check_resumable(str(root), as_float32)
   assert record[resume.HISTORY_KEY] == [{'from_step': 500, 'changes': {
       'agent_config.critic_dtype': ['bfloat16', 'float32'],

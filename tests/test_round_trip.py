@@ -14,8 +14,8 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 import rlds_reverb
-from rlds_reverb import datasets
-from rlds_reverb import recording
+from rlds_reverb.data import datasets
+from rlds_reverb.data import recording
 
 EPISODES, ENV_STEPS = 3, 15
 

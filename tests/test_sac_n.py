@@ -1,4 +1,4 @@
-"""rlds_reverb.learners.sac_n: EDAC's diversity term against finite
+"""rlds_reverb.agents.offline.sac_n: EDAC's diversity term against finite
 differences and constructed cases, losses falling on a fixed batch,
 checkpoint round trip, TD errors, argument checks."""
 
@@ -10,9 +10,9 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import ensemble
-from rlds_reverb.learners import sac_n
+from rlds_reverb.agents import factory
+from rlds_reverb.agents.offline import ensemble
+from rlds_reverb.agents.offline import sac_n
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 
 # pylint: disable=protected-access
@@ -23,7 +23,7 @@ ACTION_SPEC = tensor_spec.BoundedTensorSpec([6], tf.float32, -1.0, 1.0,
 TIME_STEP_SPEC = ts.time_step_spec(OBS_SPEC)
 # Small networks keep the file fast; the loss and checkpoint logic do not
 # depend on the width.
-SMALL = agents.AgentConfig(actor_layers=(32, 32), critic_layers=(32, 32),
+SMALL = factory.AgentConfig(actor_layers=(32, 32), critic_layers=(32, 32),
                            seed=1)
 
 
@@ -240,7 +240,7 @@ def test_checkpoint_restores_every_variable(tmp_path):
 
   fresh = sac_n.make_edac(
       TIME_STEP_SPEC, ACTION_SPEC,
-      agents.AgentConfig(actor_layers=(32, 32), critic_layers=(32, 32),
+      factory.AgentConfig(actor_layers=(32, 32), critic_layers=(32, 32),
                          seed=2), config=config)
   assert not np.array_equal(fresh._critic_network.variables[0].numpy(),
                             trained._critic_network.variables[0].numpy())
@@ -294,7 +294,7 @@ def test_bad_settings_are_refused():
 
 def test_published_defaults():
   agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC,
-                          agents.AgentConfig())
+                          factory.AgentConfig())
   assert agent._eta == sac_n.EDAC_ETA == 1.0
   assert agent._critic_network.num_members == 10
   assert [int(k.shape[-1]) for k in agent._critic_network._kernels] == [
@@ -314,7 +314,7 @@ def test_published_defaults():
                   agent._target_critic_network.variables):
     np.testing.assert_array_equal(s.numpy(), t.numpy())
   assert sac_n.make_sac_n(TIME_STEP_SPEC, ACTION_SPEC,
-                          agents.AgentConfig())._eta == 0.0
+                          factory.AgentConfig())._eta == 0.0
 
 
 def _initial_action_distribution(agent, seed=0):
@@ -328,7 +328,7 @@ def _initial_action_distribution(agent, seed=0):
 
 def test_edac_actor_init_starts_near_tanh_of_a_unit_normal():
   config = sac_n.SacNConfig(num_critics=3, edac_actor_init=True)
-  agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
+  agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
       actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
                           config=config)
   variables = agent._actor_network.variables
@@ -349,13 +349,13 @@ def test_edac_actor_init_starts_near_tanh_of_a_unit_normal():
   # give 1.65 and 1.73 (checked below).
   assert np.abs(mean).max() < 0.1
   assert np.abs(np.log(std)).max() < 0.1
-  default = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
+  default = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
       actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
                             config=sac_n.SacNConfig(num_critics=3))
   mean, std = _initial_action_distribution(default)
   assert np.abs(mean).max() > 0.5 or np.abs(np.log(std)).max() > 0.5
   # The same seed draws the same weights.
-  again = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, agents.AgentConfig(
+  again = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
       actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
                           config=config)
   for a, b in zip(variables, again._actor_network.variables):

@@ -1,4 +1,4 @@
-"""rlds_reverb.sampling on a real in-process Reverb server.
+"""rlds_reverb.replay.sampling on a real in-process Reverb server.
 
 Observations encode where a step comes from (episode, step, then a random
 value), so every sampled transition can be looked up in the data that was
@@ -17,8 +17,8 @@ from tf_agents.replay_buffers import reverb_replay_buffer
 from tf_agents.trajectories import time_step as ts
 
 import rlds_reverb
-from rlds_reverb import sampling
-from rlds_reverb import tables
+from rlds_reverb.replay import sampling
+from rlds_reverb.storage import tables
 
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 

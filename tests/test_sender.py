@@ -7,10 +7,10 @@ import pytest
 import reverb
 from tf_agents.specs import tensor_spec
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import sender
-from rlds_reverb.learners import run
+from rlds_reverb.experiments import run
 from rlds_reverb.replay import episode_table
 
 ENV = 'InvertedPendulum-v5'

@@ -18,7 +18,7 @@ import pytest
 from tf_agents.trajectories import trajectory
 import tree
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from test_cli_serve import SERVING
 from test_cli_serve import start_serve
 from test_cli_serve import tiny_dataset  # pylint: disable=unused-import

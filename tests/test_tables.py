@@ -1,4 +1,4 @@
-"""Tests for rlds_reverb.tables, against real Reverb servers."""
+"""Tests for rlds_reverb.storage.tables, against real Reverb servers."""
 
 import os
 import re
@@ -21,7 +21,7 @@ from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 
 _OBS_DIM = 3
@@ -158,7 +158,7 @@ class MakeTableTest(parameterized.TestCase):
 # Every server warns that it listens on all interfaces; the warning itself is
 # tested in SecurityTest, which records it.
 pytestmark = pytest.mark.filterwarnings(
-    'ignore::rlds_reverb.tables.InsecureServerWarning')
+    'ignore::rlds_reverb.storage.tables.InsecureServerWarning')
 
 
 class ServerTest(parameterized.TestCase):

@@ -1,8 +1,8 @@
-"""rlds_reverb.tfds_writer: the output directory of a dataset write."""
+"""rlds_reverb.data.tfds_writer: the output directory of a dataset write."""
 
 import pytest
 
-from rlds_reverb import tfds_writer
+from rlds_reverb.data import tfds_writer
 
 
 def test_output_dir_cleans_up_a_failed_write(tmp_path):

@@ -1,10 +1,10 @@
-"""rlds_reverb.validate: the values of an episode, named where they fail."""
+"""rlds_reverb.data.validate: the values of an episode, named where they fail."""
 
 import numpy as np
 import pytest
 from tf_agents.trajectories import trajectory
 
-from rlds_reverb import validate
+from rlds_reverb.data import validate
 
 
 def _episode(steps=4, goal=False):

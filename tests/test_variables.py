@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import reverb
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.replay import variables
 

@@ -20,8 +20,8 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rlds_reverb.learners import curves  # pylint: disable=g-import-not-at-top
-from rlds_reverb.learners import loop
+from rlds_reverb.experiments import curves  # pylint: disable=g-import-not-at-top
+from rlds_reverb.experiments import loop
 
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds of each replay.')
 _REPLAYS = flags.DEFINE_list('replays', ['prioritized', 'uniform'],

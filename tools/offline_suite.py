@@ -3,7 +3,7 @@
 The dataset is pushed once (fast push, terminal-discount fix on; whole
 episodes for the default in-memory feed, 2-step items with --feed stream)
 into a table of an in-process Reverb server; then, for each agent and
-seed, `rlds_reverb.learners.offline.train_offline` trains from that table
+seed, `rlds_reverb.experiments.offline.train_offline` trains from that table
 (the code behind `python -m pipelines.train --agent A --reverb_address ...`;
 pushing 1M transitions again for each of 9 runs would cost ~10 minutes of a
 2-core machine). Then it
@@ -51,16 +51,16 @@ import gin  # pylint: disable=g-import-not-at-top
 import numpy as np
 import tensorflow as tf
 
-from rlds_reverb import convert
-from rlds_reverb import datasets
-from rlds_reverb import tables
+from rlds_reverb.data import convert
+from rlds_reverb.data import datasets
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
-from rlds_reverb.learners import agents
-from rlds_reverb.learners import curves
-from rlds_reverb.learners import ensemble
-from rlds_reverb.learners import loop
-from rlds_reverb.learners import offline
-from rlds_reverb.learners import offline_data
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import curves
+from rlds_reverb.agents.offline import ensemble
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import offline
+from rlds_reverb.experiments import offline_data
 from rlds_reverb.replay import episode_table
 
 # CORL's halfcheetah-*-v2 "last" normalised scores (mean over seeds at the
@@ -125,7 +125,7 @@ def main() -> None:
   parser.add_argument('--dataset', default='data/halfcheetah_v5_medium',
                       help='RLDS dataset: a directory written by '
                       'pipelines.generate, a TFDS name or minari:ID, as '
-                      'rlds_reverb.datasets.load reads them.')
+                      'rlds_reverb.data.datasets.load reads them.')
   parser.add_argument('--env', default='HalfCheetah-v5',
                       help='Gymnasium env the policies are evaluated in and '
                       'whose D4RL reference returns normalise the scores.')
@@ -180,7 +180,11 @@ def main() -> None:
   # checkpoint.
   signal.signal(signal.SIGINT, signal.default_int_handler)
   # pylint: disable=g-import-not-at-top,unused-import (gin registration)
-  from rlds_reverb.learners import rebrac, sac_n, iql, awac, cal_ql
+  from rlds_reverb.agents.offline import rebrac
+  from rlds_reverb.agents.offline import sac_n
+  from rlds_reverb.agents.offline import iql
+  from rlds_reverb.agents.offline import awac
+  from rlds_reverb.agents.offline import cal_ql
   gin.parse_config_files_and_bindings(args.gin_file, [])
   seeds = [int(s) for s in args.seeds.split(',')]
   behaviour, episodes, transitions = behaviour_return(args.dataset)
@@ -225,13 +229,13 @@ def main() -> None:
         reverb_address=address, feed=args.feed,
         root_dir=os.path.join(args.root, f'{agent}_seed{seed}'),
         train_steps=args.steps, eval_interval=args.eval_interval,
-        batch_size=agents.DEFAULT_BATCH_SIZE.get(agent, 256),
+        batch_size=factory.DEFAULT_BATCH_SIZE.get(agent, 256),
         checkpoint_interval=args.eval_interval,
         eval_episodes=args.eval_episodes, seed=seed,
-        agent_config=agents.AgentConfig(
+        agent_config=factory.AgentConfig(
             cql_bc_steps=args.cql_bc_steps, seed=seed, train_steps=args.steps,
             critic_dtype=(args.critic_dtype
-                          if agent in agents.OFFLINE_RL_AGENTS
+                          if agent in factory.OFFLINE_RL_AGENTS
                           else 'float32')),
         **config),
                                  show_progress=args.progress)
@@ -261,7 +265,7 @@ def main() -> None:
         'normalized_score_std': round(float(np.std(scores)), 2),
         'normalized_scores': [round(s, 2) for s in scores],
         'corl': CORL[args.dataset_kind].get(agent),
-        'batch_size': agents.DEFAULT_BATCH_SIZE.get(agent, 256),
+        'batch_size': factory.DEFAULT_BATCH_SIZE.get(agent, 256),
         'return_mean': round(mean_return, 1),
         'grad_steps_per_s': mean_rate(summaries, 'grad_steps_per_s', 1),
         'sampled_transitions_per_s': mean_rate(

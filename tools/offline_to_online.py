@@ -16,8 +16,8 @@ import argparse
 import json
 import os
 
-from rlds_reverb.learners import curves
-from rlds_reverb.learners import loop
+from rlds_reverb.experiments import curves
+from rlds_reverb.experiments import loop
 
 
 def summarize(run_dir: str, dip_window: int) -> dict:

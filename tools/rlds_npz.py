@@ -20,7 +20,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import rlds
 import tqdm
 
-from rlds_reverb import datasets
+from rlds_reverb.data import datasets
 
 FIELDS = (rlds.OBSERVATION, rlds.ACTION, rlds.REWARD, rlds.IS_FIRST,
           rlds.IS_LAST, rlds.IS_TERMINAL)

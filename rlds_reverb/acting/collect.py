@@ -19,7 +19,7 @@ import rlds
 import tensorflow as tf
 import tree
 
-from rlds_reverb import push
+from rlds_reverb.storage import push
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import rollout
 

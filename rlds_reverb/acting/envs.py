@@ -17,7 +17,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from rlds_reverb import her
+from rlds_reverb.replay import her
 
 # D4RL's reference returns (d4rl/infos.py): a random and an expert policy.
 D4RL_REFERENCE = {

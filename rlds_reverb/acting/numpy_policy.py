@@ -4,7 +4,7 @@ Acting (data generation, evaluation, online collection) runs one tiny MLP
 per environment step; a TF-Agents policy call costs a graph dispatch per
 step, a numpy forward pass a few microseconds. The learner's actor network
 is exported to this form after training (or every few thousand steps for the
-online actor; `rlds_reverb.learners.export` reads the TF network, this
+online actor; `rlds_reverb.agents.export` reads the TF network, this
 module never imports TensorFlow), and shipped behaviour policies are these
 files.
 

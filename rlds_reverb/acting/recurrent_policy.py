@@ -1,6 +1,6 @@
 """A recurrent (GRU) actor as plain numpy: acting without TensorFlow.
 
-The recurrent on-policy learner (`rlds_reverb.learners.actor_critic`) runs a
+The recurrent on-policy learner (`rlds_reverb.agents.actor_critic`) runs a
 Keras `GRUCell` on the observation and its actor MLP on the cell's output.
 Actors and evaluation step one env step at a time, where a TF call per step
 costs more than the network itself, so this module replays the same

@@ -31,8 +31,8 @@ import gymnasium as gym
 import numpy as np
 import reverb
 
-from rlds_reverb import her
-from rlds_reverb import tables
+from rlds_reverb.replay import her
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
@@ -41,7 +41,7 @@ from rlds_reverb.acting import sender
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import variables
 
-# The online learner's episode table (learners.online.ONLINE_TABLE).
+# The online learner's episode table (experiments.online.ONLINE_TABLE).
 EPISODE_TABLE = 'online'
 OnWait = sender.OnWait
 # on_episode(episode, policy version or None for uniform actions)

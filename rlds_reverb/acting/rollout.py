@@ -1,6 +1,6 @@
 """The rollout loop and the episode buffer that everything acting shares.
 
-Recording (`rlds_reverb.recording`), online collection (`collect`) and
+Recording (`rlds_reverb.data.recording`), online collection (`collect`) and
 evaluation (`evaluation`) all step a gymnasium vector env with a batch
 policy and keep finished episodes in RLDS layout. One episode of T env steps
 is T + 1 RLDS steps:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 
 import reverb
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.replay import episode_table
 

@@ -2,7 +2,7 @@
 
 Off-policy collection (`collect`) keeps whole episodes; an on-policy learner
 wants T steps of each of N copies, whatever the episodes, with each step's
-ending spelled out so that its returns bootstrap correctly (`learners.gae`).
+ending spelled out so that its returns bootstrap correctly (`agents.onpolicy.gae`).
 The vector env runs in gymnasium's SAME_STEP autoreset mode: the step that
 ends an episode returns the next episode's first observation, and the real
 final observation comes in `infos['final_obs']`; a truncated step keeps it

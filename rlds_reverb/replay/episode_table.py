@@ -34,8 +34,8 @@ import reverb
 import tree
 from tf_agents.specs import tensor_spec
 
-from rlds_reverb import server_link
-from rlds_reverb import tables
+from rlds_reverb.storage import server_link
+from rlds_reverb.storage import tables
 
 UNREAD = 0.0
 

@@ -16,7 +16,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from rlds_reverb import per
+from rlds_reverb.replay import per
 from rlds_reverb.replay import memory as memory_lib
 from rlds_reverb.replay import sum_tree as sum_tree_lib
 

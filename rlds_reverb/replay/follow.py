@@ -15,7 +15,7 @@ import numpy as np
 import reverb
 import tree
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import memory as memory_lib
 

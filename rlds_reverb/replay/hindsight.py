@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from rlds_reverb import her
+from rlds_reverb.replay import her
 from rlds_reverb.replay import memory as memory_lib
 
 

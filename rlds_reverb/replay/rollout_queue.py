@@ -21,8 +21,8 @@ import numpy as np
 import reverb
 import tree
 
-from rlds_reverb import network
-from rlds_reverb import tables
+from rlds_reverb.storage import network
+from rlds_reverb.storage import tables
 
 DEFAULT_TIMEOUT_S = 30.0
 

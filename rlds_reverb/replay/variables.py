@@ -36,7 +36,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 import numpy as np
 import reverb
 
-from rlds_reverb import tables
+from rlds_reverb.storage import tables
 
 TABLE = 'variables'
 FORMAT = 1

@@ -24,9 +24,9 @@ import reverb
 import tensorflow as tf
 import tree
 
-from rlds_reverb import her
-from rlds_reverb import per
-from rlds_reverb import tables
+from rlds_reverb.replay import her
+from rlds_reverb.replay import per
+from rlds_reverb.storage import tables
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import follow

@@ -1,0 +1,1 @@
+"""Offline RL agents TF-Agents lacks, as `TFAgent`s with CORL's settings."""

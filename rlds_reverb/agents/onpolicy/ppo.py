@@ -1,0 +1,325 @@
+"""PPO and A2C updates, written in TF on the toolkit's own GAE.
+
+TF-Agents' PPOClipAgent treats a time-limit LAST step as terminal and
+bootstraps GAE from V(s_{T-1}) (tensorflow/agents#953), so the learner is
+ours: returns and advantages come from `gae.advantages` (terminals stop the
+bootstrap, truncations bootstrap on the real final observation), and one
+`tf.function` call runs a whole update:
+
+  PPO  epochs x minibatches of: clipped surrogate
+       -min(r A, clip(r, 1 - eps, 1 + eps) A), r = pi(a|s) / pi_old(a|s);
+       value loss (V - R)^2 (optionally clipped around the old V, as PPO2
+       and the seed codebase do); minus an entropy bonus; gradients clipped by
+       global norm; advantages normalised once over the rollout.
+  A2C  one step on the whole rollout: -log pi(a|s) A + (V - R)^2 and the
+       entropy term, RMSprop (the A2C paper's optimiser), n-step returns
+       (lambda 1).
+
+The learning rate falls linearly to 0 over the run (the seed codebase's
+--use-linear-lr-decay); RL Zoo's CartPole setting decays PPO's clip range
+too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from rlds_reverb.agents import actor_critic
+
+ALGORITHMS = ('ppo', 'a2c')
+# What an update reports (means over its gradient steps).
+_STATS = ('loss', 'policy_loss', 'value_loss', 'entropy', 'approx_kl',
+          'clip_fraction', 'grad_norm')
+
+
+@gin.configurable
+@dataclasses.dataclass
+class PpoConfig:
+  """How an on-policy agent learns; `defaults_for` fills the per-env ones.
+
+  Bind any field from gin as `PpoConfig.<field>`; the pipelines' flags of
+  the same name override.
+  """
+  algorithm: str = 'ppo'
+  """ppo (clipped surrogate, epochs x minibatches) or a2c (one step per
+  rollout, RMSprop)."""
+  num_envs: int = 1
+  """Env copies stepped together; a rollout is num_envs x rollout_steps."""
+  rollout_steps: int = 2048
+  """Steps of each copy per rollout (PPO's n_steps; A2C's n of n-step)."""
+  gamma: float = 0.99
+  """Discount."""
+  gae_lambda: float = 0.95
+  """GAE's lambda (1: n-step returns)."""
+  learning_rate: float = 3e-4
+  """Adam's (PPO) or RMSprop's (A2C) learning rate at the start."""
+  lr_decay: bool = True
+  """The learning rate falls linearly to 0 over the run."""
+  clip_decay: bool = False
+  """PPO: the clip range falls linearly to 0 over the run too (RL Zoo's
+  CartPole setting; the seed codebase keeps it)."""
+  epochs: int = 10
+  """PPO: passes over each rollout."""
+  minibatches: int = 32
+  """PPO: minibatches per pass (rollout size / minibatches each)."""
+  clip_ratio: float = 0.2
+  """PPO: the surrogate's clip range epsilon."""
+  clip_value: bool = False
+  """PPO: clip the value loss around the old values by the clip range (as
+  PPO2 and the seed codebase do)."""
+  value_coef: float = 0.5
+  """Weight of the value loss."""
+  entropy_coef: float = 0.0
+  """Weight of the entropy bonus."""
+  max_grad_norm: float = 0.5
+  """Gradients clipped to this global norm."""
+  normalize_advantages: bool = True
+  """Advantages to zero mean, unit std over the whole rollout (the seed
+  codebase's PPO)."""
+  hidden: Sequence[int] = (64, 64)
+  """Hidden layer sizes of the actor and of the critic (tanh)."""
+  recurrent: bool = False
+  """A GRU on the observation feeds the actor and the critic (the seed's
+  recurrent policy); minibatches are then whole env copies' sequences, so
+  minibatches must divide num_envs."""
+  recurrent_size: int = 64
+  """The GRU's state size."""
+  observation_clip: float = 10.0
+  """Normalised observations are clipped to +-this; 0: no observation
+  normalisation."""
+  reward_clip: float = 10.0
+  """Rewards scaled by the running std of the discounted return, clipped to
+  +-this; 0: no reward scaling."""
+  proper_time_limits: bool = True
+  """Truncated steps bootstrap on their final observation's value; off:
+  treated as terminal (for comparison)."""
+  rmsprop_alpha: float = 0.99
+  """A2C: RMSprop's decay."""
+  optimizer_epsilon: float = 1e-5
+  """Epsilon of Adam / RMSprop."""
+
+  @property
+  def rollout_size(self) -> int:
+    return self.num_envs * self.rollout_steps
+
+
+# Settings from RL Zoo's tuned hyper-parameters (PPO and A2C on CartPole-v1,
+# PPO on MuJoCo), used where the user sets nothing; keyed by (algorithm,
+# discrete actions).
+_DEFAULTS = {
+    # The seed codebase's MuJoCo command (its PPO clips the value loss).
+    ('ppo', False): dict(clip_value=True),
+    ('ppo', True): dict(num_envs=8, rollout_steps=32, gamma=0.98,
+                        gae_lambda=0.8, learning_rate=1e-3, clip_decay=True,
+                        epochs=20, minibatches=1, observation_clip=0.0,
+                        reward_clip=0.0),
+    ('a2c', False): dict(num_envs=4, rollout_steps=5, gae_lambda=1.0,
+                         learning_rate=7e-4, lr_decay=False, epochs=1,
+                         minibatches=1, normalize_advantages=False),
+    ('a2c', True): dict(num_envs=8, rollout_steps=5, gae_lambda=1.0,
+                        learning_rate=7e-4, lr_decay=False, epochs=1,
+                        minibatches=1, normalize_advantages=False,
+                        observation_clip=0.0, reward_clip=0.0),
+}
+
+
+def env_defaults(algorithm: str, discrete: bool) -> dict:
+  """The fields whose default depends on the algorithm and the env's kind
+  of actions."""
+  if algorithm not in ALGORITHMS:
+    raise ValueError(f'algorithm must be one of {", ".join(ALGORITHMS)}, '
+                     f'got {algorithm!r}')
+  return dict(_DEFAULTS[(algorithm, discrete)])
+
+
+def sequence_minibatches(values: dict) -> int:
+  """The most minibatches up to the configured number that whole
+  sequences allow (a divisor of num_envs): a recurrent policy's default."""
+  minibatches = values.get('minibatches', PpoConfig.minibatches)
+  num_envs = values.get('num_envs', PpoConfig.num_envs)
+  return math.gcd(minibatches, num_envs)
+
+
+def defaults_for(algorithm: str, discrete: bool, **overrides) -> PpoConfig:
+  """The config of `algorithm` for an env with discrete or continuous
+  actions, with `overrides` (the fields a user set) on top; a recurrent
+  config's minibatches, unless set, divide num_envs."""
+  values = {**env_defaults(algorithm, discrete), **overrides}
+  if values.get('recurrent') and 'minibatches' not in overrides:
+    values['minibatches'] = sequence_minibatches(values)
+  config = PpoConfig(algorithm=algorithm, **values)
+  check(config)
+  return config
+
+
+def check(config: PpoConfig) -> None:
+  """Raises ValueError naming the first bad field."""
+  if config.algorithm not in ALGORITHMS:
+    raise ValueError(f'algorithm must be one of {", ".join(ALGORITHMS)}, '
+                     f'got {config.algorithm!r}')
+  for name in ('num_envs', 'rollout_steps', 'epochs', 'minibatches'):
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f'{name} must be a positive integer, got {value!r}')
+  if config.recurrent and config.num_envs % config.minibatches:
+    raise ValueError(f'a recurrent policy learns from whole sequences: '
+                     f'minibatches ({config.minibatches}) must divide '
+                     f'num_envs ({config.num_envs})')
+  if config.recurrent_size < 1:
+    raise ValueError(f'recurrent_size must be >= 1, got '
+                     f'{config.recurrent_size}')
+  if config.rollout_size % config.minibatches:
+    raise ValueError(f'minibatches ({config.minibatches}) must divide the '
+                     f'rollout size num_envs x rollout_steps = '
+                     f'{config.rollout_size}')
+  for name in ('gamma', 'gae_lambda'):
+    if not 0 <= getattr(config, name) <= 1:
+      raise ValueError(f'{name} must be in [0, 1], got '
+                       f'{getattr(config, name)}')
+  for name in ('learning_rate', 'clip_ratio', 'max_grad_norm'):
+    if not getattr(config, name) > 0:
+      raise ValueError(f'{name} must be > 0, got {getattr(config, name)}')
+  for name in ('value_coef', 'entropy_coef', 'observation_clip',
+               'reward_clip'):
+    if getattr(config, name) < 0:
+      raise ValueError(f'{name} must be >= 0, got {getattr(config, name)}')
+  if not config.hidden or any(int(h) < 1 for h in config.hidden):
+    raise ValueError(f'hidden must list positive layer sizes, got '
+                     f'{config.hidden!r}')
+
+
+def make_optimizer(config: PpoConfig) -> tf.keras.optimizers.Optimizer:
+  if config.algorithm == 'a2c':
+    return tf.keras.optimizers.RMSprop(
+        config.learning_rate, rho=config.rmsprop_alpha,
+        epsilon=config.optimizer_epsilon)
+  return tf.keras.optimizers.Adam(config.learning_rate,
+                                  epsilon=config.optimizer_epsilon)
+
+
+class Updater:
+  """Runs the update of one rollout in one `tf.function` call.
+
+  `batch` fields are flattened over (T, N): observation, action, log_prob
+  (of the acting policy), advantage, return, value (the critic's before the
+  update). A recurrent model's batch keeps them [N, T, ...] (env copy,
+  time), with episode_start [N, T] and initial_state [N, H]: a minibatch is
+  a set of whole sequences, unrolled from their initial states.
+  """
+
+  def __init__(self, model: actor_critic.ActorCritic, config: PpoConfig):
+    self.model, self.config = model, config
+    self.optimizer = make_optimizer(config)
+    self._update = tf.function(self._update_fn)
+
+  def __call__(self, batch: dict[str, np.ndarray], progress_left: float,
+               seed: int) -> dict[str, float]:
+    """One update; `progress_left` in (0, 1] scales the decaying learning
+    rate and clip range. Returns the update's mean losses and statistics."""
+    lr_scale = progress_left if self.config.lr_decay else 1.0
+    clip_scale = progress_left if self.config.clip_decay else 1.0
+    self.optimizer.learning_rate.assign(self.config.learning_rate * lr_scale)
+    batch = dict(batch)
+    if self.config.normalize_advantages:  # Over the whole rollout, once.
+      advantage = np.asarray(batch['advantage'], np.float64)
+      batch['advantage'] = ((advantage - advantage.mean()) /
+                            (advantage.std() + 1e-5)).astype(np.float32)
+    tensors = {key: tf.convert_to_tensor(value)
+               for key, value in batch.items()}
+    metrics = self._update(tensors,
+                           tf.constant(self.config.clip_ratio * clip_scale,
+                                       tf.float32),
+                           tf.constant(seed, tf.int64))
+    return {key: float(value) for key, value in metrics.items()}
+
+  def _evaluate(self, batch):
+    """log pi(a|s), entropy and V(s) of the batch's steps, flattened."""
+    model = self.model
+    if not model.recurrent:
+      log_prob, entropy = model.log_prob_and_entropy(batch['observation'],
+                                                     batch['action'])
+      return log_prob, entropy, model.value(batch['observation'])
+    states = model.unroll(batch['observation'], batch['episode_start'],
+                          batch['initial_state'])
+    features = tf.reshape(states, [-1, model.state_size])
+    action = batch['action']
+    action = tf.reshape(action, tf.concat([[-1], tf.shape(action)[2:]], 0))
+    log_prob, entropy = model.log_prob_and_entropy_of(features, action)
+    return log_prob, entropy, model.value_of(features)
+
+  def _losses(self, batch, clip):
+    config, model = self.config, self.model
+    log_prob, entropy, value = self._evaluate(batch)
+    batch = {key: tf.reshape(batch[key], [-1])
+             for key in ('advantage', 'log_prob', 'return', 'value')}
+    advantage = batch['advantage']
+    log_ratio = log_prob - batch['log_prob']
+    ratio = tf.exp(log_ratio)
+    if config.algorithm == 'a2c':
+      policy_loss = -tf.reduce_mean(log_prob * advantage)
+    else:
+      policy_loss = -tf.reduce_mean(tf.minimum(
+          ratio * advantage,
+          tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip) * advantage))
+    value_error = tf.square(value - batch['return'])
+    if config.clip_value and config.algorithm == 'ppo':
+      clipped = batch['value'] + tf.clip_by_value(value - batch['value'],
+                                                  -clip, clip)
+      value_error = tf.maximum(value_error,
+                               tf.square(clipped - batch['return']))
+    # (V - R)^2, weighted by value_coef, as the seed codebase and SB3.
+    value_loss = tf.reduce_mean(value_error)
+    entropy = tf.reduce_mean(entropy)
+    loss = (policy_loss + config.value_coef * value_loss -
+            config.entropy_coef * entropy)
+    stats = {
+        'loss': loss, 'policy_loss': policy_loss, 'value_loss': value_loss,
+        'entropy': entropy,
+        # http://joschu.net/blog/kl-approx.html
+        'approx_kl': tf.reduce_mean((ratio - 1.0) - log_ratio),
+        'clip_fraction': tf.reduce_mean(tf.cast(
+            tf.abs(ratio - 1.0) > clip, tf.float32)),
+    }
+    return loss, stats
+
+  def _update_fn(self, batch, clip, seed):
+    """Epochs x minibatches of steps; returns the steps' mean statistics."""
+    config, model = self.config, self.model
+    # Autograph converts only these loops: the losses and Keras' update
+    # need none of it, and converting them is most of the first call.
+    losses = tf.autograph.experimental.do_not_convert(self._losses)
+    apply_gradients = tf.autograph.experimental.do_not_convert(
+        self.optimizer.apply_gradients)
+    size = tf.shape(batch['advantage'])[0]
+    minibatch = size // config.minibatches
+    weights = model.trainable_weights
+    totals = {key: tf.constant(0.0) for key in _STATS}
+    for epoch in tf.range(config.epochs):
+      order = tf.random.experimental.stateless_shuffle(
+          tf.range(size), seed=tf.stack([seed, tf.cast(epoch, tf.int64)]))
+      for m in tf.range(config.minibatches):
+        rows = order[m * minibatch:(m + 1) * minibatch]
+        part = {key: tf.gather(value, rows) for key, value in batch.items()}
+        with tf.GradientTape() as tape:
+          loss, stats = losses(part, clip)
+        grads = tape.gradient(loss, weights)
+        grads, norm = tf.clip_by_global_norm(grads, config.max_grad_norm)
+        apply_gradients(zip(grads, weights))
+        model.train_step_counter.assign_add(1)
+        stats['grad_norm'] = norm
+        totals = {key: totals[key] + stats[key] for key in _STATS}
+    steps = float(config.epochs * config.minibatches)
+    return {key: total / steps for key, total in totals.items()}
+
+
+def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
+  """1 - Var(R - V) / Var(R): how much of the returns the critic explains."""
+  variance = np.var(returns)
+  return float('nan') if variance == 0 else float(
+      1.0 - np.var(returns - values) / variance)

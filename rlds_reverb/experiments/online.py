@@ -1,0 +1,385 @@
+"""Online training: actors fill an episode table, the learner its memory.
+
+Each phase takes `train_every` env steps of collection (numpy actor, whole
+episodes written to Reverb), moves the finished episodes into the learner's
+memory, then takes `train_every * utd` gradient steps on batches drawn
+in-graph (SpinningUp's `update_every` scheme). The replay variant
+(`rlds_reverb.replay.variants`: uniform, prioritized, hindsight) owns the
+table, the feed, the train step and what the checkpoint keeps; the run loop
+(`run`) owns evaluation, checkpoints and exported policies. Everything needed
+to resume is checkpointed together: the agent and the variant's state
+(Learner) and the Reverb table (Reverb's own checkpointer).
+
+DQN (discrete actions) explores epsilon-greedy, epsilon falling linearly from
+1 to `epsilon_final` over the first `exploration_fraction` of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any, Callable
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from rlds_reverb.replay import her
+from rlds_reverb.replay import per
+from rlds_reverb.storage import tables
+from rlds_reverb.acting import collect
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.agents import factory
+from rlds_reverb.experiments import distributed
+from rlds_reverb.agents import dqn
+from rlds_reverb.experiments import loop
+from rlds_reverb.experiments import resume
+from rlds_reverb.experiments import run
+from rlds_reverb.replay import variants
+
+ONLINE_TABLE = 'online'
+# Offline agents that go online only to fine-tune after their offline phase
+# (`offline.train_offline` with `online_finetune_steps`), never from scratch.
+FINETUNE_ONLY_AGENTS = ('td3_bc', 'cql_sac')
+AGENTS = tuple(a for a in factory.ONLINE_AGENTS
+               if a not in FINETUNE_ONLY_AGENTS)
+FEEDS = ('memory',)
+# Rows the memory keeps beyond replay_size: room for the longest episode.
+_SLACK_EPISODES = 1
+
+
+@gin.configurable
+@dataclasses.dataclass
+class OnlineConfig:
+  """An online run; each field is the `pipelines.train` flag of that name
+  (env_steps is --steps)."""
+  env: str
+  """Gymnasium env id, e.g. HalfCheetah-v5, CartPole-v1, FetchReach-v4."""
+  root_dir: str
+  """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
+  running again resumes from it."""
+  agent: str = 'sac'
+  """sac, td3 (continuous) or dqn (discrete)."""
+  env_steps: int = 300_000
+  """Env steps of the whole run."""
+  initial_collect_steps: int = 10_000
+  """Uniform random actions before learning starts."""
+  batch_size: int = 256
+  """Transitions per gradient step."""
+  train_every: int = 1000
+  """Env steps collected per phase (SpinningUp's update_every)."""
+  utd: float = 1.0
+  """Gradient steps per env step (update-to-data ratio)."""
+  eval_interval: int = 10_000
+  """Env steps between greedy evaluations."""
+  eval_episodes: int = 10
+  """Episodes per evaluation."""
+  checkpoint_interval: int = 20_000
+  """Env steps between checkpoints (and at the end)."""
+  snapshot_interval: int = 0
+  """Save a numpy policy every N env steps (behaviour policies); 0: off."""
+  replay_size: int = 1_000_000
+  """Transitions the learner's memory keeps (oldest episodes evicted)."""
+  exploration_noise: float = 0.1
+  """Gaussian action noise of TD3-style actors (SAC samples its policy)."""
+  random_action_probability: float = 0.0
+  """Continuous actions: share replaced by uniform ones (HER's 0.3)."""
+  epsilon_final: float = 0.04
+  """DQN: epsilon at the end of its decay."""
+  exploration_fraction: float = 0.16
+  """DQN: share of env_steps over which epsilon falls from 1."""
+  replay: str = 'uniform'
+  """uniform or prioritized (proportional PER)."""
+  per_config: per.PerConfig | None = None
+  """PER settings; None: defaults, beta annealed over all gradient steps."""
+  her_config: her.HerConfig | None = None
+  """Goal envs: hindsight relabelling (None: off)."""
+  her_normalize: bool = True
+  """HER: running observation/goal normalisation (the HER paper's)."""
+  feed: str = 'memory'
+  """How the learner gets batches: 'memory' (the only online feed)."""
+  n_step: int = 1
+  """Uniform or prioritized: n-step returns (1: one-step TD)."""
+  seed: int = 0
+  """Seed of TensorFlow, the envs and the actor."""
+  num_actors: int = 1
+  """1: the learner's process acts too; 0: actors are other processes
+  (pipelines.act) writing into the episode table at reverb_address."""
+  reverb_address: str = ''
+  """num_actors 0: host:port of the server holding the episode and weights
+  tables (pipelines.serve --env)."""
+  table: str = ONLINE_TABLE
+  """The episode table actors write into."""
+  publish_every: int = 1000
+  """num_actors 0: gradient steps between publications of the weights."""
+  agent_config: factory.AgentConfig = dataclasses.field(
+      default_factory=factory.AgentConfig)
+  """The agent's hyper-parameters."""
+
+
+def _check(config: OnlineConfig) -> None:
+  for name in ('env_steps', 'batch_size', 'train_every', 'eval_interval',
+               'eval_episodes', 'checkpoint_interval', 'replay_size'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  if config.initial_collect_steps < 0 or config.utd <= 0:
+    raise ValueError('initial_collect_steps must be >= 0 and utd > 0')
+  if config.agent in FINETUNE_ONLY_AGENTS:
+    raise ValueError(f'agent {config.agent!r} trains online only as '
+                     'fine-tuning after its offline phase '
+                     '(offline.train_offline with online_finetune_steps)')
+  if config.agent not in AGENTS:
+    raise ValueError(f'agent {config.agent!r} does not train online; one of: '
+                     f'{", ".join(AGENTS)}')
+  if config.replay not in per.REPLAYS:
+    raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
+                     f'{config.replay!r}')
+  if not 0 <= config.random_action_probability <= 1:
+    raise ValueError('random_action_probability must be in [0, 1], got '
+                     f'{config.random_action_probability}')
+  if not 0 <= config.epsilon_final <= 1 or not (
+      0 <= config.exploration_fraction <= 1):
+    raise ValueError('epsilon_final and exploration_fraction must be in '
+                     '[0, 1]')
+  if config.feed not in FEEDS:
+    raise ValueError(f'online training reads its episodes into memory '
+                     f'(feed memory); got feed {config.feed!r}')
+  if config.n_step < 1 or (config.n_step > 1 and
+                           config.her_config is not None):
+    raise ValueError(f'n_step must be >= 1, and > 1 does not go with her; '
+                     f'got n_step={config.n_step}')
+  if config.num_actors not in (0, 1):
+    raise ValueError(f'num_actors must be 0 (actors are other processes) or '
+                     f'1 (this process acts), got {config.num_actors}')
+  if (config.num_actors == 0) != bool(config.reverb_address):
+    raise ValueError('num_actors 0 (actors in other processes) and '
+                     'reverb_address (their server) go together; got '
+                     f'num_actors={config.num_actors}, '
+                     f'reverb_address={config.reverb_address!r}')
+  if config.num_actors == 0 and (config.her_config is not None or
+                                 config.replay != 'uniform'):
+    raise ValueError('a learner fed by actor processes takes uniform replay '
+                     'without HER (the remote server holds no priority or '
+                     'HER tables); got '
+                     f'replay={config.replay!r}, her={config.her_config}')
+  if config.publish_every < 1:
+    raise ValueError(f'publish_every must be >= 1, got '
+                     f'{config.publish_every}')
+  if config.her_config is not None and config.replay != 'uniform':
+    raise ValueError('HER samples its own episode table; replay must be '
+                     f'uniform with her, got {config.replay!r}')
+
+
+def check_her_fits_env(config: OnlineConfig, specs: envs.EnvSpecs) -> None:
+  """HER needs a goal env, and a goal env needs HER's episode table."""
+  if config.her_config is not None and not specs.goal_conditioned:
+    raise ValueError(f'HER needs a goal env (dict observation with '
+                     f'{", ".join(envs.GOAL_KEYS)}); {specs.env_id} has a '
+                     'flat observation')
+  if config.her_config is None and specs.goal_conditioned:
+    raise ValueError(f'env {specs.env_id} is a goal env (dict observations): '
+                     'train it with her (--her future)')
+
+
+def check_agent_fits_env(kind: str, specs: envs.EnvSpecs) -> None:
+  """Raises ValueError when a discrete agent meets continuous actions or back."""
+  if specs.discrete and kind not in factory.DISCRETE_AGENTS:
+    raise ValueError(f'env {specs.env_id} has discrete actions; agent {kind} '
+                     f'needs continuous ones: use '
+                     f'{", ".join(factory.DISCRETE_AGENTS)}')
+  if not specs.discrete and kind in factory.DISCRETE_AGENTS:
+    raise ValueError(f'agent {kind} needs discrete actions; env '
+                     f'{specs.env_id} has continuous ones: use sac or td3')
+
+
+def per_config_for(config: OnlineConfig) -> per.PerConfig:
+  """The run's PER settings; by default beta reaches 1 at the last step."""
+  if config.per_config is not None:
+    return config.per_config
+  learning_steps = max(config.env_steps - config.initial_collect_steps, 1)
+  return per.PerConfig(beta_steps=max(int(learning_steps * config.utd), 1))
+
+
+def explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
+                specs: envs.EnvSpecs, env_steps: int,
+                flatten: Callable[[Any], np.ndarray] | None = None
+                ) -> collect.ActFn:
+  """How the actor picks actions after `env_steps` steps.
+
+  `flatten` turns a goal env's observation dicts into the agent's vectors.
+  """
+  act = _explore_act(policy, config, specs, env_steps)
+  if flatten is None:
+    return act
+  return lambda obs, rng: act(flatten(obs), rng)
+
+
+def _explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
+                 specs: envs.EnvSpecs, env_steps: int) -> collect.ActFn:
+  if env_steps < config.initial_collect_steps:
+    return collect.random_act(specs.action_low, specs.action_high)
+  if specs.discrete:
+    decay_steps = int(config.exploration_fraction * config.env_steps)
+    return collect.epsilon_greedy_act(
+        policy, dqn.epsilon(env_steps, decay_steps, config.epsilon_final))
+  return collect.with_random_actions(
+      collect.policy_act(policy, config.exploration_noise),
+      config.random_action_probability, specs.action_low, specs.action_high)
+
+
+def make_replay(config: OnlineConfig, specs: envs.EnvSpecs,
+                reward_env: Any = None) -> Any:
+  """The run's replay variant over the online episode table."""
+  settings = variants.Settings(
+      table=config.table, data_spec=run.trajectory_spec(specs),
+      batch_size=config.batch_size,
+      capacity=config.replay_size + _SLACK_EPISODES * (
+          specs.max_episode_steps or 1000),
+      # The memory evicts (by steps) and deletes what it evicts from the
+      # table; the table's own bound only has to stay out of its way.
+      max_episodes=config.replay_size, n_step=config.n_step,
+      gamma=config.agent_config.gamma)
+  if config.her_config is not None:
+    return variants.HindsightReplay(settings, config.her_config, reward_env,
+                                    normalize=config.her_normalize)
+  if config.replay == 'prioritized':
+    return variants.PrioritizedReplay(settings, per_config_for(config))
+  return variants.UniformReplay(settings)
+
+
+def train_online(config: OnlineConfig, *, show_progress: bool = True,
+                 on_eval: Callable[[dict], None] | None = None) -> dict:
+  """Trains `config.agent` online in `config.env`; resumes from root_dir.
+
+  A root_dir with a run in it is resumed if its recorded config allows
+  (`resume.check_resumable`); config.json is written once training starts,
+  and a run that fails before that leaves nothing behind in root_dir.
+
+  Returns:
+    The last evaluation record (average return, normalised score, steps).
+
+  Raises:
+    resume.ResumeMismatchError: root_dir holds a run of other settings.
+    ValueError: a bad config, or an agent or HER setting that does not fit
+      the env.
+    run.TrainingError: training failed (an op error, a non-finite loss).
+  """
+  _check(config)
+  specs = envs.env_specs(config.env)
+  check_agent_fits_env(config.agent, specs)
+  check_her_fits_env(config, specs)
+  # Recorded resolved, so a resume compares the settings actually used.
+  config = dataclasses.replace(config, agent_config=factory.resolve(
+      config.agent, config.agent_config))
+  record = resume.check_resumable(config.root_dir, config)
+  with resume.RunDirectory(config.root_dir, record) as run_dir:
+    return _train_online(config, specs, run_dir, show_progress, on_eval)
+
+
+def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
+                  run_dir: resume.RunDirectory, show_progress: bool,
+                  on_eval: Callable[[dict], None] | None) -> dict:
+  run.seed_everything(config.seed)
+  reward_env = envs.make_env(config.env) if specs.goal_conditioned else None
+  replay = make_replay(config, specs, reward_env)
+  remote_actors = config.num_actors == 0
+  server = None
+  if remote_actors:
+    client = tables.connect(config.reverb_address)
+    distributed.check_remote_tables(client, config.table,
+                                    run.trajectory_spec(specs))
+  else:
+    server = tables.start_server(replay.tables(), checkpoint_dir=os.path.join(
+        config.root_dir, run.REVERB_CHECKPOINTS))
+    client = server.localhost_client()
+  collector = None
+  try:
+    agent = factory.make_agent(config.agent, specs.time_step_spec,
+                              specs.action_spec, config.agent_config)
+    learner = loop.Learner(agent, config.root_dir,
+                           **replay.checkpoint_state())
+    how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'
+           if config.her_config else f'{config.replay} replay')
+    title = f'{config.agent} online, {how}, {config.env}, seed {config.seed}'
+    metric = 'success_rate' if specs.goal_conditioned else 'average_return'
+    learner.set_curve(x='env_steps', title=title, y=metric)
+    resumed = learner.restore()
+    replay.start(client)  # A resumed run gets back what it had collected.
+    if not remote_actors:
+      run.check_episodes_restored(
+          config.root_dir, run.REVERB_CHECKPOINTS,
+          int(learner.env_steps.numpy()), specs.max_episode_steps,
+          replay.ready, 'training')
+    if remote_actors and not resumed:
+      # Episodes the actors wrote before the learner came up.
+      learner.env_steps.assign(replay.transitions_read)
+    train_step = replay.train_step(agent)
+    if train_step is not None:
+      learner.set_train_step(train_step)
+    start = int(learner.env_steps.numpy())
+    # A resumed run reseeds from its step count: it does not replay the
+    # episodes it already collected.
+    if not remote_actors:
+      collector = collect.Collector(config.env, client, config.table,
+                                    seed=config.seed * 1_000_003 + start,
+                                    **replay.writer_kwargs())
+    this_run = run.Run(
+        learner, config.agent, specs, config.root_dir, clients=(client,),
+        write_back=lambda: replay.write_back(client),
+        view=replay.actor_view(), refresh_view=replay.refresh_actor_view,
+        normalizer=getattr(replay, 'normalizer', None), seed=config.seed)
+    run_dir.start()
+    with run.progress(config.env_steps, start, 'env step',
+                      f'{config.agent} {config.env}', show_progress) as bar:
+      if resumed:
+        bar.write(f'resumed at {start} env steps, {learner.train_step} '
+                  'gradient steps', file=sys.stderr)
+
+      def evaluate(_):
+        this_run.evaluate(config.eval_episodes, config.seed, x='env_steps',
+                          title=title, metric=metric, bar=bar,
+                          on_eval=on_eval)
+
+      def snapshot(env_steps):
+        record = this_run.last_record
+        this_run.export(os.path.join(
+            run.POLICY_SNAPSHOTS, f'step_{env_steps:08d}.npz'),
+                        env_steps=env_steps, train_step=learner.train_step,
+                        eval=(record if record.get('env_steps') == env_steps
+                              else None))
+
+      if remote_actors:
+        phase = distributed.RemotePhase(
+            this_run, replay, client, utd=config.utd,
+            train_every=config.train_every,
+            learn_from=config.initial_collect_steps,
+            publish_every=config.publish_every, bar=bar)
+        # Actors past their random steps wait for weights: publish the
+        # first ones before waiting for their episodes.
+        phase.publish()
+      else:
+        phase = run.OnlinePhase(
+            this_run, collector, replay.poll, lambda: replay.ready,
+            replay.feed,
+            act=lambda steps: explore_act(this_run.policy, config, specs,
+                                          steps, replay.actor_view()),
+            train_every=config.train_every,
+            gradient_steps=int(config.train_every * config.utd),
+            learn_from=config.initial_collect_steps, bar=bar)
+      run.run_phases(
+          lambda: int(learner.env_steps.numpy()), config.env_steps, phase,
+          [run.Every(config.eval_interval, evaluate, at_end=False),
+           run.Every(config.snapshot_interval, snapshot, at_end=False),
+           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
+          what='online training', unit='env step')
+    this_run.export('policy.npz', env_steps=config.env_steps)
+    return this_run.last_record
+  finally:
+    if collector is not None:
+      collector.close()
+    if reward_env is not None:
+      reward_env.close()
+    if server is not None:
+      server.stop()

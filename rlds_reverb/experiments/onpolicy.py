@@ -1,0 +1,495 @@
+"""On-policy training (PPO, A2C): rollouts through a Reverb queue, once each.
+
+Each phase is one rollout: the numpy actor steps N env copies T steps
+(`acting.vector_rollouts`), the rollout goes into a Reverb queue table as
+one item, the learner takes it back out (the queue hands every rollout out
+exactly once, in order, and deletes it), computes values, GAE advantages
+and returns (`gae`), and updates (`ppo.Updater`). The run loop (`run`) owns
+evaluation, checkpoints, the PNG curve and the exported policy, as for the
+off-policy agents; the checkpoint holds the networks, the optimiser, the
+env-step clock and the normalisation statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Callable
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from rlds_reverb.data import datasets
+from rlds_reverb.storage import tables
+from rlds_reverb.acting import envs
+from rlds_reverb.acting import vector_rollouts
+from rlds_reverb.agents import actor_critic
+from rlds_reverb.agents.onpolicy import gae
+from rlds_reverb.agents.onpolicy import gail
+from rlds_reverb.experiments import loop
+from rlds_reverb.agents.onpolicy import normalization
+from rlds_reverb.agents.onpolicy import ppo
+from rlds_reverb.experiments import resume
+from rlds_reverb.experiments import run
+from rlds_reverb.replay import rollout_queue
+
+ROLLOUT_TABLE = 'rollouts'
+AGENTS = ppo.ALGORITHMS
+
+
+@gin.configurable
+@dataclasses.dataclass
+class OnPolicyConfig:
+  """An on-policy run; each field is the `pipelines.train` flag of that name
+  (env_steps is --steps)."""
+  env: str
+  """Gymnasium env id with a flat observation, e.g. HalfCheetah-v5,
+  CartPole-v1."""
+  root_dir: str
+  """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
+  running again resumes from it."""
+  agent: str = 'ppo'
+  """ppo or a2c."""
+  env_steps: int = 1_000_000
+  """Env steps of the whole run (all copies together)."""
+  eval_interval: int = 10_000
+  """Env steps between greedy evaluations."""
+  eval_episodes: int = 10
+  """Episodes per evaluation."""
+  checkpoint_interval: int = 50_000
+  """Env steps between checkpoints (and at the end)."""
+  seed: int = 0
+  """Seed of TensorFlow, the envs and the actor."""
+  ppo_config: ppo.PpoConfig | None = None
+  """The agent's settings; None: `ppo.defaults_for(agent, discrete)`."""
+  gail_dataset: str = ''
+  """GAIL: RLDS demonstrations (TFDS name or directory) whose
+  (observation, action) pairs a discriminator learns; its reward replaces
+  the env's. '': no GAIL."""
+  gail_trajectories: int = 4
+  """GAIL: expert episodes used, the dataset's first."""
+  gail_subsample: int = 20
+  """GAIL: every k-th step of each expert episode, from a random start."""
+  gail_batch_size: int = 128
+  """GAIL: pairs per discriminator minibatch (expert and policy each)."""
+  gail_epochs: int = 5
+  """GAIL: discriminator epochs per update after the warm-up."""
+  gail_warmup_updates: int = 10
+  """GAIL: updates of the warm-up; the observation statistics freeze at
+  its end."""
+  gail_warmup_epochs: int = 100
+  """GAIL: discriminator epochs per update during the warm-up."""
+
+
+def check(config: OnPolicyConfig) -> None:
+  if config.agent not in AGENTS:
+    raise ValueError(f'agent {config.agent!r} is not on-policy; one of: '
+                     f'{", ".join(AGENTS)}')
+  for name in ('env_steps', 'eval_interval', 'eval_episodes',
+               'checkpoint_interval'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  for name in ('gail_trajectories', 'gail_subsample', 'gail_batch_size',
+               'gail_epochs', 'gail_warmup_epochs'):
+    if getattr(config, name) < 1:
+      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  if config.gail_warmup_updates < 0:
+    raise ValueError(f'gail_warmup_updates must be >= 0, got '
+                     f'{config.gail_warmup_updates}')
+  if config.ppo_config is not None:
+    ppo.check(config.ppo_config)
+    if config.ppo_config.algorithm != config.agent:
+      raise ValueError(f'ppo_config.algorithm {config.ppo_config.algorithm!r}'
+                       f' is not the agent {config.agent!r}')
+
+
+def settings(config: OnPolicyConfig, specs: envs.EnvSpecs) -> ppo.PpoConfig:
+  """The run's agent settings: the given ones, or the env kind's defaults."""
+  if config.ppo_config is not None:
+    return config.ppo_config
+  return ppo.defaults_for(config.agent, specs.discrete)
+
+
+def check_env(specs: envs.EnvSpecs) -> None:
+  """Raises ValueError for an env the on-policy agents cannot act in."""
+  if specs.goal_conditioned:
+    raise ValueError(f'on-policy agents take flat observations; '
+                     f'{specs.env_id} has goal dicts')
+  if len(specs.observation_shape) != 1:
+    raise ValueError(f'on-policy agents take flat observations; '
+                     f'{specs.env_id} has shape {specs.observation_shape}')
+
+
+def make_model(specs: envs.EnvSpecs, agent_config: ppo.PpoConfig) -> Any:
+  """An `ActorCritic`, or a `RecurrentActorCritic` with `recurrent`."""
+  check_env(specs)
+  actions = (
+      {'num_actions': int(specs.action_high) - int(specs.action_low) + 1}
+      if specs.discrete else
+      {'action_size': int(np.prod(specs.action_spec.shape))})
+  if agent_config.recurrent:
+    return actor_critic.RecurrentActorCritic(
+        specs.observation_shape[0], hidden=agent_config.hidden,
+        state_size=agent_config.recurrent_size, **actions)
+  return actor_critic.ActorCritic(specs.observation_shape[0],
+                                  hidden=agent_config.hidden, **actions)
+
+
+def _recurrent_values(model: actor_critic.RecurrentActorCritic,
+                      rollout: dict) -> tuple[np.ndarray, ...]:
+  """V(o_t) [T, N] along each copy's unrolled state, V(o_T) [N] after the
+  last step (a fresh state where that step ended an episode), and V(real
+  final observation) [T, N] stepped from the state of its episode."""
+  observation = rollout['observation']
+  t_steps, n = observation.shape[:2]
+  states = model.unroll(np.swapaxes(observation, 0, 1),
+                        np.swapaxes(rollout['episode_start'], 0, 1),
+                        rollout['initial_state'])  # [N, T, H]
+  flat_states = tf.reshape(states, [n * t_steps, -1])
+  values = model.value_of(flat_states).numpy().reshape(n, t_steps).T
+  ended = rollout['terminated'][-1] | rollout['truncated'][-1]
+  last = states[:, -1] * (1.0 - ended[:, None].astype(np.float32))
+  next_values = model.value_of(
+      model.step(rollout['next_observation'], last)).numpy()
+  final_values = None
+  if rollout['truncated'].any():
+    finals = np.swapaxes(rollout['final_observation'], 0, 1).reshape(
+        n * t_steps, -1)
+    final_values = model.value_of(model.step(
+        finals, flat_states)).numpy().reshape(n, t_steps).T
+  return values, next_values, final_values
+
+
+def learner_batch(model: Any, rollout: dict, agent_config: ppo.PpoConfig,
+                  *, action_low: Any = 0) -> dict[str, np.ndarray]:
+  """Values, GAE advantages and returns of a rollout, in the layout
+  `ppo.Updater` trains on: flattened over (T, N), or [N, T] sequences for a
+  recurrent model. Discrete actions become indices of the model's logits
+  (minus `action_low`)."""
+  observation = rollout['observation']
+  t_steps, n = observation.shape[:2]
+  flat = observation.reshape((t_steps * n,) + observation.shape[2:])
+  if model.recurrent:
+    values, next_values, final_values = _recurrent_values(model, rollout)
+  else:
+    values = model.value(flat).numpy().reshape(t_steps, n)
+    next_values = model.value(rollout['next_observation']).numpy()
+    final_values = None
+    if rollout['truncated'].any():
+      final_values = model.value(rollout['final_observation'].reshape(
+          flat.shape)).numpy().reshape(t_steps, n)
+  advantages, returns = gae.advantages(
+      rollout['reward'], values, next_values, rollout['terminated'],
+      rollout['truncated'], gamma=agent_config.gamma,
+      lam=agent_config.gae_lambda, final_values=final_values,
+      proper_time_limits=agent_config.proper_time_limits)
+  action = rollout['action']
+  if model.discrete:
+    action = (action - np.int64(np.min(action_low))).astype(np.int64)
+  steps = {
+      'observation': observation, 'action': action,
+      'log_prob': rollout['log_prob'].astype(np.float32),
+      'advantage': advantages, 'return': returns,
+      'value': values.astype(np.float32),
+  }
+  if model.recurrent:  # [N, T, ...]: each copy's sequence whole.
+    batch = {key: np.swapaxes(value, 0, 1) for key, value in steps.items()}
+    batch['episode_start'] = np.swapaxes(rollout['episode_start'], 0, 1)
+    batch['initial_state'] = rollout['initial_state']
+    return batch
+  return {key: value.reshape((t_steps * n,) + value.shape[2:])
+          for key, value in steps.items()}
+
+
+def load_demonstrations(config: OnPolicyConfig, specs: envs.EnvSpecs
+                        ) -> tuple[np.ndarray, np.ndarray]:
+  """The expert pairs of `config.gail_dataset`, checked against the env.
+
+  Raises:
+    ValueError: a discrete env, or pairs of other sizes than the env's.
+  """
+  if specs.discrete:
+    raise ValueError(f'GAIL here takes continuous actions; {specs.env_id} '
+                     'has discrete ones')
+  observations, actions = gail.expert_pairs(
+      datasets.load(config.gail_dataset),
+      num_trajectories=config.gail_trajectories,
+      subsample=config.gail_subsample, seed=config.seed)
+  want = (specs.observation_shape[0], int(np.prod(specs.action_spec.shape)))
+  got = (observations.shape[1], actions.shape[1])
+  if got != want:
+    raise ValueError(f'gail_dataset {config.gail_dataset}: observations and '
+                     f'actions of sizes {got}, {specs.env_id} has {want}')
+  return observations, actions
+
+
+class GailRewards:
+  """Replaces a rollout's rewards with the discriminator's (the seed's
+  GAIL loop), training the discriminator on the rollout first.
+
+  Expert observations are normalised with the policy's statistics of the
+  moment, as the rollout's are; the policy's actions are given to the
+  discriminator as the env took them (clipped to the bounds), since the
+  expert's are within them too. From update `gail_warmup_updates` on (the
+  seed's `j >= 10`) the observation statistics freeze: that update's
+  rollout was the last to move them.
+  """
+
+  def __init__(self, expert_observations: np.ndarray,
+               expert_actions: np.ndarray, norm: normalization.Normalization,
+               config: OnPolicyConfig, agent_config: ppo.PpoConfig,
+               specs: envs.EnvSpecs):
+    self._expert_observations = expert_observations
+    self._expert_actions = expert_actions
+    self._norm, self._config, self._gamma = norm, config, agent_config.gamma
+    self._low, self._high = specs.action_low, specs.action_high
+    # Adam at 1e-3: torch's default, which the seed's discriminator uses.
+    self.discriminator = gail.Discriminator(
+        expert_observations.shape[1], expert_actions.shape[1],
+        learning_rate=1e-3, seed=config.seed)
+    self.reward_scale = gail.RewardNormalizer(agent_config.num_envs)
+    self._reseed(0)
+    # The checkpoint's mirror of the reward scale's statistics.
+    self.variables = tf.Module()
+    self.variables.discriminator = self.discriminator
+    self.variables.ret_stats = tf.Variable(np.zeros(3), dtype=tf.float64)
+
+  def _reseed(self, update_index: int) -> None:
+    # A resumed run draws other minibatches than the updates it replaces.
+    self._rng = np.random.default_rng(
+        (self._config.seed + 7) * 1_000_003 + update_index)
+
+  def save(self) -> None:
+    stats = self.reward_scale.returns
+    self.variables.ret_stats.assign([stats.mean, stats.var, stats.count])
+
+  def load(self, update_index: int) -> None:
+    """After a restore: `update_index` is the next update's."""
+    mean, var, count = self.variables.ret_stats.numpy()
+    stats = self.reward_scale.returns
+    if count > 0:
+      stats.mean, stats.var, stats.count = mean, var, count
+    self._norm.update_observations = (
+        update_index <= self._config.gail_warmup_updates)
+    self._reseed(update_index)
+
+  def __call__(self, rollout: dict, update_index: int
+               ) -> tuple[np.ndarray, dict[str, float]]:
+    config = self._config
+    t_steps, n = rollout['reward'].shape
+    policy_obs = rollout['observation'].reshape(t_steps * n, -1)
+    policy_actions = np.clip(rollout['action'], self._low,
+                             self._high).reshape(t_steps * n, -1)
+    expert_obs = self._norm.observation(self._expert_observations)
+    batch = min(config.gail_batch_size, len(expert_obs), len(policy_obs))
+    steps = min(len(expert_obs) // batch, len(policy_obs) // batch)
+    totals, count = {}, 0
+    for _ in range(gail.warmup_epochs(
+        update_index, warmup_updates=config.gail_warmup_updates,
+        warmup_epochs=config.gail_warmup_epochs, epochs=config.gail_epochs)):
+      expert_order = self._rng.permutation(len(expert_obs))
+      policy_order = self._rng.permutation(len(policy_obs))
+      for k in range(steps):
+        e = expert_order[k * batch:(k + 1) * batch]
+        p = policy_order[k * batch:(k + 1) * batch]
+        parts = self.discriminator.train_step(
+            expert_obs[e], self._expert_actions[e], policy_obs[p],
+            policy_actions[p])
+        totals = {key: totals.get(key, 0.0) + value
+                  for key, value in parts.items()}
+        count += 1
+    raw = self.discriminator.reward(policy_obs, policy_actions).reshape(
+        t_steps, n)
+    ended = rollout['terminated'] | rollout['truncated']
+    scaled = self.reward_scale(raw, ended, self._gamma)
+    if update_index >= config.gail_warmup_updates:
+      self._norm.update_observations = False
+    expert_reward = float(np.mean(self.discriminator.reward(
+        expert_obs, self._expert_actions)))
+    means = {key: value / count for key, value in totals.items()}
+    return scaled, {**means, 'policy_reward': float(raw.mean()),
+                    'expert_reward': expert_reward}
+
+
+class OnPolicyPhase:
+  """One rollout: collect, pass through the queue, update, log."""
+
+  def __init__(self, this_run: run.Run,
+               collector: vector_rollouts.VectorRollouts,
+               updater: ppo.Updater, client, table: str, *,
+               agent_config: ppo.PpoConfig, total_env_steps: int, seed: int,
+               rng: np.random.Generator, bar=None,
+               imitation: GailRewards | None = None):
+    self._run, self._collector, self._updater = this_run, collector, updater
+    self._imitation = imitation
+    self._client, self._table = client, table
+    self._config, self._total = agent_config, total_env_steps
+    self._seed, self._rng, self._bar = seed, rng, bar
+    self.last_metrics: dict[str, float] = {}
+    # A recurrent actor's state, carried across rollouts (reset where an
+    # episode starts: the first step after a (re)start is one).
+    self._state = np.zeros(
+        (agent_config.num_envs, agent_config.recurrent_size), np.float32)
+
+  def _act_recurrent(self, observations: np.ndarray, starts: np.ndarray):
+    actions, log_probs, self._state = self._run.policy.sample(
+        observations, self._state, starts, self._rng)
+    return actions, log_probs
+
+  def __call__(self, env_steps: int) -> None:
+    learner = self._run.learner
+    policy = self._run.policy
+    number = env_steps // self._config.rollout_size
+    if self._run.agent.recurrent:
+      initial_state = self._state
+      rollout, returns, lengths = self._collector.collect(self._act_recurrent)
+      rollout['initial_state'] = initial_state
+    else:
+      rollout, returns, lengths = self._collector.collect(
+          lambda obs, starts: policy.sample(obs, self._rng))
+    rollout['rollout'] = np.int64(number)
+    rollout_queue.write(self._client, self._table, rollout,
+                        address=self._client.server_address)
+    taken = rollout_queue.read(self._client, self._table, tuple(rollout),
+                               address=self._client.server_address)
+    if int(taken['rollout']) != number:
+      raise RuntimeError(f'the rollout queue handed out rollout '
+                         f'{int(taken["rollout"])}, expected {number}')
+    if self._imitation is not None:
+      taken['reward'], gail_metrics = self._imitation(taken, number)
+      learner.write_scalars(gail_metrics, env_steps, 'gail')
+    batch = learner_batch(self._run.agent, taken, self._config,
+                          action_low=self._run.specs.action_low)
+    progress_left = max(1.0 - env_steps / self._total, 1e-8)
+    metrics = self._updater(batch, progress_left,
+                            seed=self._seed * 1_000_003 + number)
+    metrics['explained_variance'] = ppo.explained_variance(
+        batch['value'], batch['return'])
+    metrics['learning_rate'] = float(
+        self._updater.optimizer.learning_rate.numpy())
+    self.last_metrics = metrics
+    learner.env_steps.assign_add(self._config.rollout_size)
+    after = int(learner.env_steps.numpy())
+    learner.write_scalars(metrics, after, 'train')
+    self._run.sync()
+    if returns:
+      learner.write_scalars({'return': float(np.mean(returns)),
+                             'episode_length': float(np.mean(lengths))},
+                            after, 'collect')
+      if self._bar is not None:
+        self._bar.set_postfix(ret=f'{np.mean(returns):.0f}',
+                              loss=f'{metrics["loss"]:.3g}', refresh=False)
+
+
+def train_onpolicy(config: OnPolicyConfig, *, show_progress: bool = True,
+                   on_eval: Callable[[dict], None] | None = None,
+                   on_update: Callable[[dict], None] | None = None) -> dict:
+  """Trains PPO or A2C in `config.env`; resumes from root_dir.
+
+  Returns:
+    The last evaluation record.
+
+  Raises:
+    resume.ResumeMismatchError: root_dir holds a run of other settings.
+    ValueError: a bad config, or an env the agents cannot act in.
+    run.TrainingError: training failed (an op error, a non-finite loss).
+  """
+  check(config)
+  specs = envs.env_specs(config.env)
+  check_env(specs)
+  agent_config = settings(config, specs)
+  # Demonstrations are read and checked before anything is written.
+  demonstrations = (load_demonstrations(config, specs)
+                    if config.gail_dataset else None)
+  record = resume.check_resumable(config.root_dir, config)
+  with resume.RunDirectory(config.root_dir, record) as run_dir:
+    return _train(config, specs, agent_config, run_dir, show_progress,
+                  on_eval, on_update, demonstrations)
+
+
+def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
+           agent_config: ppo.PpoConfig, run_dir: resume.RunDirectory,
+           show_progress: bool, on_eval, on_update,
+           demonstrations: tuple[np.ndarray, np.ndarray] | None) -> dict:
+  run.seed_everything(config.seed)
+  model = make_model(specs, agent_config)
+  norm = normalization.Normalization(
+      specs.observation_shape, agent_config.num_envs,
+      gamma=agent_config.gamma,
+      observation_clip=agent_config.observation_clip,
+      reward_clip=agent_config.reward_clip)
+  updater = ppo.Updater(model, agent_config)
+  updater.optimizer.build(model.trainable_weights)
+  imitation = None if demonstrations is None else GailRewards(
+      *demonstrations, norm, config, agent_config, specs)
+  extra_state = {} if imitation is None else {'gail': imitation.variables}
+  learner = loop.Learner(model, config.root_dir, optimizer=updater.optimizer,
+                         normalization=norm.variables, **extra_state)
+  title = (f'{config.agent}{" + GAIL" if imitation else ""} {config.env}, '
+           f'{agent_config.num_envs} env(s), seed {config.seed}')
+  learner.set_curve(x='env_steps', title=title)
+  resumed = learner.restore()
+  start = int(learner.env_steps.numpy())
+  if resumed:
+    norm.load()
+    if imitation is not None:
+      imitation.load(start // agent_config.rollout_size)
+
+  def write_back() -> None:
+    norm.save()
+    if imitation is not None:
+      imitation.save()
+
+  server = tables.start_server([rollout_queue.make_table(ROLLOUT_TABLE)])
+  collector = None
+  try:
+    client = server.localhost_client()
+    # A resumed run reseeds from its step count.
+    collector = vector_rollouts.VectorRollouts(
+        config.env, num_envs=agent_config.num_envs,
+        rollout_steps=agent_config.rollout_steps,
+        seed=config.seed * 1_000_003 + start,
+        observe=norm.observation, scale_reward=norm.reward)
+
+    def statistics():
+      stats = norm.statistics()
+      return None if stats is None else (*stats, norm.observation_clip)
+
+    this_run = run.Run(learner, config.agent, specs, config.root_dir,
+                       write_back=write_back, view=norm.observation,
+                       export_statistics=statistics, seed=config.seed)
+    run_dir.start()
+    rng = np.random.default_rng(config.seed * 1_000_003 + start)
+    with run.progress(config.env_steps, start, 'env step',
+                      f'{config.agent} {config.env}', show_progress) as bar:
+      if resumed:
+        bar.write(f'resumed at {start} env steps, {learner.train_step} '
+                  'gradient steps', file=sys.stderr)
+      phase = OnPolicyPhase(this_run, collector, updater, client,
+                            ROLLOUT_TABLE, agent_config=agent_config,
+                            total_env_steps=config.env_steps,
+                            seed=config.seed, rng=rng, bar=bar,
+                            imitation=imitation)
+
+      def update_done(position):
+        if on_update is not None:
+          on_update({'env_steps': position, **phase.last_metrics})
+
+      def evaluate(_):
+        this_run.evaluate(config.eval_episodes, config.seed, x='env_steps',
+                          title=title, metric='average_return', bar=bar,
+                          on_eval=on_eval)
+
+      run.run_phases(
+          lambda: int(learner.env_steps.numpy()), config.env_steps, phase,
+          [run.Every(1, update_done, at_end=False),
+           run.Every(config.eval_interval, evaluate),
+           run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
+          what='on-policy training', unit='env step')
+    this_run.export('policy.npz', env_steps=config.env_steps)
+    return this_run.last_record
+  finally:
+    if collector is not None:
+      collector.close()
+    server.stop()
