@@ -61,10 +61,11 @@ def publish_initial_weights(env: str, agent: str, address: str) -> None:
   from rlds_reverb.storage import tables  # pylint: disable=g-import-not-at-top
   from rlds_reverb.acting import envs  # pylint: disable=g-import-not-at-top
   from rlds_reverb.agents import factory  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents import registry  # pylint: disable=g-import-not-at-top
   from rlds_reverb.experiments import run  # pylint: disable=g-import-not-at-top
   from rlds_reverb.replay import variables  # pylint: disable=g-import-not-at-top
   specs = envs.env_specs(env)
-  made = factory.make_agent(agent, specs.time_step_spec, specs.action_spec,
+  made = registry.make_agent(agent, specs.time_step_spec, specs.action_spec,
                            factory.AgentConfig())
   policy = run.export_policy(made, agent, specs)
   variables.publish(tables.connect(address), policy, 0)

@@ -57,6 +57,7 @@ from rlds_reverb.replay import per
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import offline_data
 from rlds_reverb.replay import episode_table
@@ -131,7 +132,7 @@ def _learner_rates(memory, args) -> dict:
       lambda *x: tf.stack(x), *[feed() for _ in range(PREMADE_BATCHES)])
   out = {}
   for kind in args.agents.split(','):
-    agent = factory.make_agent(kind, specs.time_step_spec, specs.action_spec,
+    agent = registry.make_agent(kind, specs.time_step_spec, specs.action_spec,
                               factory.AgentConfig())
     with tempfile.TemporaryDirectory() as root:
       learner = loop.Learner(agent, root, summary_interval=10**9)

@@ -37,6 +37,7 @@ from tf_agents.trajectories import trajectory
 
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import feeds
@@ -83,13 +84,13 @@ def main() -> None:
       data_spec, _episodes(data_spec, args.transitions, 1000, args.seed))
   figures = {}
   runs = [(kind, dtype) for kind in args.agents.split(',')
-          for dtype in (dtypes if kind in factory.OFFLINE_RL_AGENTS
+          for dtype in (dtypes if kind in registry.names_with_ensemble_critics()
                         else ['float32'])]
   for kind, dtype in runs:
     name = kind if dtype == 'float32' else f'{kind}@{dtype}'
     run.seed_everything(args.seed)
-    batch_size = factory.DEFAULT_BATCH_SIZE.get(kind, 256)
-    agent = factory.make_agent(kind, specs.time_step_spec, specs.action_spec,
+    batch_size = registry.get(kind).published.batch_size
+    agent = registry.make_agent(kind, specs.time_step_spec, specs.action_spec,
                               factory.AgentConfig(seed=args.seed,
                                                  critic_dtype=dtype))
     if kind == 'cal_ql':

@@ -44,7 +44,7 @@ from pipelines import cli
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import remote
-from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import online
 from rlds_reverb.experiments import run
 
@@ -63,7 +63,9 @@ _RUN_DIR = flags.DEFINE_string(
     'episode), TensorBoard summaries (collect/return over env steps) and '
     'config.json. Required.')
 _AGENT = flags.DEFINE_enum(
-    'agent', 'sac', list(factory.HEAD), "The learner's agent: published "
+    'agent', 'sac',
+    [name for name in registry.AGENTS if registry.get(name).head],
+    "The learner's agent: published "
     'weights of another kind are refused. sac samples its policy; td3 adds '
     '--exploration_noise; dqn is epsilon-greedy with --epsilon.')
 _TABLE = flags.DEFINE_string(
@@ -179,7 +181,7 @@ def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
   specs = envs.env_specs(config.env)
   online.check_agent_fits_env(_AGENT.value, specs)
   actor = remote.Actor(config, client, data_spec=run.trajectory_spec(specs),
-                       head=factory.HEAD[_AGENT.value])
+                       head=registry.get(_AGENT.value).head)
   log_dir = os.path.join(_RUN_DIR.value, f'actor_{config.seed}')
   log = _EpisodeLog(log_dir)
   with open(os.path.join(log_dir, 'config.json'), 'w') as f:

@@ -75,6 +75,7 @@ from rlds_reverb.replay import her
 from rlds_reverb.replay import per
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.agents.offline import awac  # pylint: disable=unused-import (gin)
 from rlds_reverb.agents.offline import cal_ql  # pylint: disable=unused-import
 from rlds_reverb.agents.offline import iql  # pylint: disable=unused-import
@@ -89,7 +90,7 @@ from rlds_reverb.experiments import run
 _PROG = 'train'
 
 _AGENT = flags.DEFINE_enum(
-    'agent', None, list(factory.AGENTS) + list(onpolicy.AGENTS),
+    'agent', None, list(registry.AGENTS),
     'Agent to train. Online (--env only): sac, td3 (continuous actions), dqn '
     '(discrete actions); on-policy: ppo, a2c (either kind, rollouts through '
     'a Reverb queue). Offline (--dataset or --reverb_address): bc, td3_bc, '
@@ -294,11 +295,6 @@ _RECONNECT_TIMEOUT = flags.DEFINE_float(
 
 
 # dqn's own defaults (RL Zoo's CartPole-v1 DQN) for flags left unset.
-_DQN_DEFAULTS = {'steps': 50_000, 'batch_size': 64,
-                 'initial_collect_steps': 1000, 'train_every': 256,
-                 'utd': 0.5, 'eval_interval': 1000, 'replay_size': 100_000}
-
-
 # Online HER's defaults (goal envs like FetchReach: 50-step episodes).
 _HER_DEFAULTS = {'steps': 10_000, 'initial_collect_steps': 1000,
                  'train_every': 100, 'eval_interval': 500,
@@ -306,11 +302,13 @@ _HER_DEFAULTS = {'steps': 10_000, 'initial_collect_steps': 1000,
 
 
 def _value(flag: flags.FlagHolder) -> Any:
-  """The flag's value; for dqn and online HER, their default unless given."""
+  """The flag's value; the agent's own default (registry) or online HER's
+  unless given."""
   if flags.FLAGS[flag.name].present:
     return flag.value
-  if _AGENT.value == 'dqn':
-    return _DQN_DEFAULTS.get(flag.name, flag.value)
+  agent = registry.get(_AGENT.value)
+  if agent.run_defaults:
+    return agent.run_default(flag.name, flag.value)
   if _HER.value and not (_DATASET.value or _REVERB_ADDRESS.value):
     return _HER_DEFAULTS.get(flag.name, flag.value)
   return flag.value
@@ -409,13 +407,16 @@ def _usage_error(message: str) -> None:
 
 
 def _offline_config() -> offline.OfflineConfig:
-  if _HER.value and _AGENT.value not in offline.HER_OFFLINE_AGENTS:
+  if _HER.value and not registry.get(_AGENT.value).trains(
+      registry.OFFLINE, her=True):
     _usage_error(f'--agent {_AGENT.value} does not train offline with --her;'
-                 ' pick one of: ' + ', '.join(offline.HER_OFFLINE_AGENTS))
-  if not _HER.value and _AGENT.value not in factory.OFFLINE_AGENTS:
+                 ' pick one of: '
+                 + ', '.join(registry.names(registry.OFFLINE, her=True)))
+  if not _HER.value and not registry.get(_AGENT.value).trains(
+      registry.OFFLINE):
     _usage_error(f'--agent {_AGENT.value} trains online; drop --dataset / '
                  '--reverb_address, or pick one of: '
-                 + ', '.join(factory.OFFLINE_AGENTS))
+                 + ', '.join(registry.names(registry.OFFLINE)))
   cls = offline.OfflineConfig
   choice = {'auto': None, 'true': True, 'false': False}
   normalize = choice[_NORMALIZE.value]
@@ -433,7 +434,7 @@ def _offline_config() -> offline.OfflineConfig:
       reverb_address=_REVERB_ADDRESS.value, table=table,
       train_steps=train_steps,
       batch_size=(_BATCH_SIZE.value or
-                  factory.DEFAULT_BATCH_SIZE.get(_AGENT.value, 256)),
+                  registry.get(_AGENT.value).published.batch_size),
       eval_interval=_EVAL_INTERVAL.value, eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=_CHECKPOINT_INTERVAL.value,
       normalize_observations=normalize,
@@ -449,10 +450,11 @@ def _offline_config() -> offline.OfflineConfig:
 
 
 def _online_config() -> online.OnlineConfig:
-  if _AGENT.value in factory.OFFLINE_AGENTS:
-    finetune = (' (td3_bc and cql_sac train online only as fine-tuning '
-                'after the offline phase: --online_finetune_steps)'
-                if _AGENT.value in online.FINETUNE_ONLY_AGENTS else '')
+  agent = registry.get(_AGENT.value)
+  if agent.trains(registry.OFFLINE) and not agent.trains(registry.ONLINE):
+    finetune = (f' ({_AGENT.value} trains online only as fine-tuning after '
+                'the offline phase: --online_finetune_steps)'
+                if agent.trains(registry.FINETUNE) else '')
     _usage_error(f'--agent {_AGENT.value} needs offline data: pass --dataset '
                  f'or --reverb_address{finetune}')
   if _FINETUNE.value:
@@ -498,8 +500,6 @@ _OFF_POLICY_FLAGS = (
     _INITIAL_COLLECT, _REPLAY_SIZE, _SNAPSHOT_INTERVAL, _FEED, _N_STEP,
     _NUM_ACTORS, _EXPLORATION_NOISE, _RANDOM_ACTIONS)
 # On-policy defaults of flags left unset: (agent, discrete actions) -> ...
-_ONPOLICY_STEPS = {('ppo', True): 100_000, ('a2c', True): 500_000}
-_ONPOLICY_EVAL_INTERVAL = {('ppo', True): 5_000}
 
 
 def _onpolicy_config() -> onpolicy.OnPolicyConfig:
@@ -514,9 +514,10 @@ def _onpolicy_config() -> onpolicy.OnPolicyConfig:
                  'are for the off-policy agents')
   ppo_only = sorted(f'--{flag.name}' for flag in onpolicy_flags.PPO_ONLY
                     if flags.FLAGS[flag.name].present)
-  if agent == 'a2c' and ppo_only:
-    _usage_error(f'{", ".join(ppo_only)}: for --agent ppo only (a2c takes '
-                 'one step per rollout)')
+  if ppo_only and not registry.get(agent).minibatch_epochs:
+    _usage_error(f'{", ".join(ppo_only)}: for --agent '
+                 f'{", ".join(a for a in registry.names(registry.ONPOLICY) if registry.get(a).minibatch_epochs)} only '
+                 f'({agent} takes one step per rollout)')
   gail_given = onpolicy_flags.given(onpolicy_flags.GAIL_FLAGS)
   if gail_given and not gail_given.get('gail_dataset'):
     _usage_error(', '.join(sorted(f'--{name}' for name in gail_given)) +
@@ -525,7 +526,6 @@ def _onpolicy_config() -> onpolicy.OnPolicyConfig:
   env = _setting(cls, 'env', _ENV.value)
   specs = envs.env_specs(env)
   onpolicy.check_env(specs)
-  key = (agent, specs.discrete)
   values = {**ppo.env_defaults(agent, specs.discrete),
             **onpolicy_flags.given()}
   if values.get('recurrent') and 'minibatches' not in onpolicy_flags.given():
@@ -535,9 +535,11 @@ def _onpolicy_config() -> onpolicy.OnPolicyConfig:
   present = lambda flag: flags.FLAGS[flag.name].present  # pylint: disable=unnecessary-lambda-assignment
   return _make(
       cls, env=_ENV.value, root_dir=_root_dir(cls, env), agent=agent,
-      env_steps=_STEPS.value or _ONPOLICY_STEPS.get(key, 1_000_000),
+      env_steps=_STEPS.value or registry.get(agent).run_default(
+          'steps', 1_000_000, specs.discrete),
       eval_interval=(_EVAL_INTERVAL.value if present(_EVAL_INTERVAL) else
-                     _ONPOLICY_EVAL_INTERVAL.get(key, 10_000)),
+                     registry.get(agent).run_default(
+                         'eval_interval', 10_000, specs.discrete)),
       eval_episodes=_EVAL_EPISODES.value,
       checkpoint_interval=(_CHECKPOINT_INTERVAL.value
                            if present(_CHECKPOINT_INTERVAL) else 50_000),
@@ -624,7 +626,7 @@ def main(argv: list[str]) -> None:
                  'its deadline and resumes from its checkpoint when rerun')
   if _PUBLISH_EVERY.present and _NUM_ACTORS.value != 0:
     _usage_error('--publish_every is for --num_actors 0')
-  onpolicy_run = _AGENT.value in onpolicy.AGENTS
+  onpolicy_run = registry.get(_AGENT.value).trains(registry.ONPOLICY)
   given = sorted(f'--{name}' for name in {
       **onpolicy_flags.given(),
       **onpolicy_flags.given(onpolicy_flags.GAIL_FLAGS)})

@@ -47,6 +47,7 @@ from rlds_reverb.data import datasets
 from rlds_reverb.data import recording
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.replay import episode_table
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -140,7 +141,7 @@ def _fixed_batch(batch_size=64, seed=0):
 
 def _dqn(cartpole, **config):
   tf.random.set_seed(0)
-  return factory.make_agent('dqn', cartpole.time_step_spec,
+  return registry.make_agent('dqn', cartpole.time_step_spec,
                            cartpole.action_spec,
                            factory.AgentConfig(q_layers=(32, 32), **config))
 

@@ -201,7 +201,7 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
     # Offline agents go online only to fine-tune after the offline phase.
     (['--agent', 'td3_bc'], '--agent td3_bc needs offline data'),
     (['--agent', 'cql_sac', '--env', 'Hopper-v5'],
-     'cql_sac train online only as fine-tuning after the offline phase: '
+     'cql_sac trains online only as fine-tuning after the offline phase: '
      '--online_finetune_steps'),
     (['--agent', 'sac', '--dataset', 'x'], '--agent sac trains online'),
     (['--agent', 'bc', '--dataset', '/no/such/dir'],

@@ -11,6 +11,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.agents.offline import ensemble
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 from test_sac_n import _numpy_q  # pylint: disable=g-bad-import-order
@@ -99,7 +100,7 @@ def _critic_losses(kind, dtype, steps=150):
   tf.keras.utils.set_random_seed(0)
   config = factory.AgentConfig(actor_layers=(32, 32), critic_layers=(64, 64),
                               seed=1, critic_dtype=dtype)
-  agent = factory.make_agent(kind, TIME_STEP_SPEC, ACTION_SPEC, config)
+  agent = registry.make_agent(kind, TIME_STEP_SPEC, ACTION_SPEC, config)
   critics = [network for network in vars(agent).values()
              if isinstance(network, ensemble.EnsembleMlp)]
   assert critics and all(c.hidden_dtype == tf.as_dtype(dtype)
@@ -149,7 +150,7 @@ def test_a_bfloat16_checkpoint_restores_into_a_float32_agent(tmp_path):
   """The weights are float32 either way: a run may switch dtypes by
   restoring into another agent (the pipelines allow it on resume and note
   it in config.json)."""
-  make = lambda dtype, seed: factory.make_agent(
+  make = lambda dtype, seed: registry.make_agent(
       'rebrac', TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
           actor_layers=(32, 32), critic_layers=(64, 64), seed=seed,
           critic_dtype=dtype))
@@ -166,11 +167,11 @@ def test_a_bfloat16_checkpoint_restores_into_a_float32_agent(tmp_path):
 def test_critic_dtype_is_refused_where_it_does_not_apply():
   with pytest.raises(ValueError, match=r"critic_dtype='bfloat16' applies "
                      r'to the ensemble critics of iql, .*; td3_bc computes'):
-    factory.make_agent('td3_bc', TIME_STEP_SPEC, ACTION_SPEC,
+    registry.make_agent('td3_bc', TIME_STEP_SPEC, ACTION_SPEC,
                       factory.AgentConfig(critic_dtype='bfloat16'))
   with pytest.raises(ValueError, match=r"one of float32, bfloat16, got "
                      r"'float16'"):
-    factory.make_agent('rebrac', TIME_STEP_SPEC, ACTION_SPEC,
+    registry.make_agent('rebrac', TIME_STEP_SPEC, ACTION_SPEC,
                       factory.AgentConfig(critic_dtype='float16'))
 
 
@@ -182,7 +183,7 @@ def test_bfloat16_without_hardware_for_it_is_warned_about(monkeypatch):
   intel = 'flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_bf16\n'
   assert not ensemble.has_bfloat16_instructions(amd)
   assert ensemble.has_bfloat16_instructions(intel)
-  make = lambda dtype: factory.make_agent(
+  make = lambda dtype: registry.make_agent(
       'rebrac', TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
           actor_layers=(8,), critic_layers=(8,), critic_dtype=dtype))
   monkeypatch.setattr(ensemble, '_cpuinfo', lambda: amd)

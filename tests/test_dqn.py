@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlds_reverb.acting import envs
-from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.agents import dqn
 from rlds_reverb.experiments import online
 from conftest import _dqn  # pylint: disable=g-bad-import-order
@@ -29,7 +29,7 @@ def test_numpy_q_policy_is_the_q_network(cartpole, dueling):
 def test_dqn_refuses_continuous_actions():
   specs = envs.env_specs('HalfCheetah-v5')
   with pytest.raises(ValueError, match='dqn needs one discrete action'):
-    factory.make_agent('dqn', specs.time_step_spec, specs.action_spec)
+    registry.make_agent('dqn', specs.time_step_spec, specs.action_spec)
   with pytest.raises(ValueError, match='needs discrete actions'):
     online.check_agent_fits_env('dqn', specs)
   with pytest.raises(ValueError, match='has discrete actions'):

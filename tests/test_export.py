@@ -10,15 +10,16 @@ from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.agents import export
 
 
 @pytest.mark.parametrize(
-    'kind', [k for k in factory.AGENTS if k not in factory.DISCRETE_AGENTS])
+    'kind', [k for k in registry.AGENTS if registry.get(k).head not in (None, 'q_argmax')])
 def test_numpy_policy_is_the_tf_agents_greedy_policy(kind, specs, tmp_path):
-  agent = factory.make_agent(kind, specs.time_step_spec, specs.action_spec)
+  agent = registry.make_agent(kind, specs.time_step_spec, specs.action_spec)
   policy = export.from_network(factory.actor_network(agent),
-                               factory.HEAD[kind], specs.action_spec)
+                               registry.get(kind).head, specs.action_spec)
   obs = np.random.default_rng(0).normal(size=(8, 17)).astype(np.float32)
   step = ts.restart(tf.constant(obs), batch_size=8)
   expected = greedy_policy.GreedyPolicy(agent.policy).action(step).action

@@ -9,6 +9,7 @@ import tensorflow as tf
 from rlds_reverb.replay import per
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 
 
@@ -16,7 +17,7 @@ from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
     ('bc', None), ('td3_bc', 'critic_loss'), ('cql_sac', 'critic_loss')])
 def test_loss_falls_on_a_fixed_batch(kind, loss_field, specs):
   tf.random.set_seed(0)
-  agent = factory.make_agent(kind, specs.time_step_spec, specs.action_spec,
+  agent = registry.make_agent(kind, specs.time_step_spec, specs.action_spec,
                             factory.AgentConfig(cql_bc_steps=0))
   batch = _fixed_batch()
   train = tf.function(agent.train, autograph=False)
@@ -36,7 +37,7 @@ def test_loss_falls_on_a_fixed_batch(kind, loss_field, specs):
 
 
 def test_td3_bc_actor_imitates_when_the_q_term_is_off(specs):
-  agent = factory.make_agent('td3_bc', specs.time_step_spec, specs.action_spec,
+  agent = registry.make_agent('td3_bc', specs.time_step_spec, specs.action_spec,
                             factory.AgentConfig(td3_bc_alpha=0.0))
   batch = _fixed_batch(32)
   train = tf.function(agent.train, autograph=False)
@@ -51,24 +52,26 @@ def test_td3_bc_actor_imitates_when_the_q_term_is_off(specs):
 
 def test_cql_behaviour_cloning_warm_up_follows_the_config(specs):
   # A short budget needs a shorter warm-up than the D4RL config's 10k.
-  agent = factory.make_agent('cql_sac', specs.time_step_spec,
+  agent = registry.make_agent('cql_sac', specs.time_step_spec,
                             specs.action_spec,
                             factory.AgentConfig(cql_bc_steps=7))
   assert agent._num_bc_steps == 7  # pylint: disable=protected-access
-  default = factory.make_agent('cql_sac', specs.time_step_spec,
+  default = registry.make_agent('cql_sac', specs.time_step_spec,
                               specs.action_spec)
   assert default._num_bc_steps == 10_000  # pylint: disable=protected-access
 
 
-def test_unknown_agent_is_refused(specs):
-  with pytest.raises(ValueError, match="unknown agent 'ppo'"):
-    factory.make_agent('ppo', specs.time_step_spec, specs.action_spec)
+def test_unknown_and_on_policy_agents_are_refused(specs):
+  with pytest.raises(ValueError, match="unknown agent 'nope'; one of: sac,"):
+    registry.make_agent('nope', specs.time_step_spec, specs.action_spec)
+  with pytest.raises(ValueError, match="'ppo' is built by the on-policy"):
+    registry.make_agent('ppo', specs.time_step_spec, specs.action_spec)
 
 
 @pytest.mark.parametrize('kind', ['sac', 'td3', 'td3_bc', 'cql_sac'])
 def test_critic_learners_report_td_errors_and_take_weights(kind):
   specs = envs.env_specs('HalfCheetah-v5')
-  agent = factory.make_agent(
+  agent = registry.make_agent(
       kind, specs.time_step_spec, specs.action_spec,
       factory.AgentConfig(actor_layers=(32,), critic_layers=(32,),
                          cql_bc_steps=0))

@@ -15,6 +15,7 @@ import tree
 from rlds_reverb.replay import per
 from rlds_reverb.storage import tables
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
@@ -100,10 +101,10 @@ def test_train_step_weights_and_updates_only_the_sampled_rows(cartpole):
   feed = feeds.PrioritizedFeed(memory, 8, config)
   feed.set_priorities(memory.transition_rows(), np.linspace(
       0.5, 3.0, int(memory.num_transitions)).astype(np.float32))
-  agent = factory.make_agent('dqn', cartpole.time_step_spec,
+  agent = registry.make_agent('dqn', cartpole.time_step_spec,
                             cartpole.action_spec,
                             factory.AgentConfig(q_layers=(16,)))
-  step = feeds.PrioritizedTrainStep(agent, feed)
+  step = feed.train_step(agent)
   before = feed.tree.values().numpy()
   tf.random.set_seed(3)
   batch, info = feed()

@@ -21,6 +21,7 @@ from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import run
 
@@ -393,7 +394,7 @@ def test_fetchreach_rewards_are_the_envs_and_critic_loss_falls(tmp_path):
       np.testing.assert_array_equal(batch.discount[:, 0], 1.0)  # timeouts
     # The critic fits one relabelled batch (its targets move with it, so
     # the loss of a stream of fresh batches need not fall this early).
-    agent = factory.make_agent('td3', specs.time_step_spec, specs.action_spec,
+    agent = registry.make_agent('td3', specs.time_step_spec, specs.action_spec,
                               factory.AgentConfig(seed=0))
     learner = loop.Learner(agent, str(tmp_path))
     fixed = next(iter(her.dataset(address, 'online', data_spec, BATCH,
@@ -414,7 +415,7 @@ def test_a_saved_her_policy_takes_raw_observations(tmp_path):
   """policy.npz carries the normaliser: loaded, it acts on concat(obs, goal)
   exactly as the actor acted on the normalised view."""
   specs = envs.env_specs('FetchReach-v4')
-  agent = factory.make_agent('td3', specs.time_step_spec, specs.action_spec,
+  agent = registry.make_agent('td3', specs.time_step_spec, specs.action_spec,
                             factory.AgentConfig(seed=0))
   rng = np.random.default_rng(0)
   normalizer = her.GoalNormalizer(10, 3)

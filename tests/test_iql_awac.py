@@ -31,7 +31,7 @@ def make(kind, seed=0, train_steps=1000):
   time_step_spec = ts.time_step_spec(
       tensor_spec.TensorSpec([17], tf.float32, name='observation'))
   action_spec = tensor_spec.BoundedTensorSpec([6], tf.float32, -1, 1)
-  # Resolved, as factory.make_agent hands it to the factories.
+  # Resolved, as registry.make_agent hands it to the makers.
   config = factory.AgentConfig(
       actor_learning_rate=3e-4, critic_learning_rate=3e-4,
       actor_layers=(256, 256), critic_layers=(256, 256), gamma=0.99,

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import online
 from conftest import _dqn, _fixed_batch  # pylint: disable=g-bad-import-order
@@ -45,7 +46,7 @@ def _state(agent):
 @pytest.mark.parametrize('kind', ['bc', 'td3_bc', 'cql_sac'])
 def test_checkpoint_restores_weights_and_optimizer_state(kind, specs,
                                                         tmp_path):
-  make = lambda: factory.make_agent(kind, specs.time_step_spec,
+  make = lambda: registry.make_agent(kind, specs.time_step_spec,
                                    specs.action_spec)
   batch = _fixed_batch(32)
   agent = make()
@@ -150,7 +151,7 @@ def test_the_step_is_traced_unconverted_unless_it_converts_itself(
     specs, tmp_path):
   """The learner's loop runs the step as plain Python: a step that branches
   on a tensor fails by name; wrapped in tf.function it converts itself."""
-  agent = factory.make_agent('bc', specs.time_step_spec, specs.action_spec)
+  agent = registry.make_agent('bc', specs.time_step_spec, specs.action_spec)
 
   def branching_step(batch):
     loss = agent.train(batch).loss

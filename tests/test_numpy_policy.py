@@ -9,13 +9,14 @@ from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.agents import dqn
 from rlds_reverb.agents import export
 from conftest import _dqn  # pylint: disable=g-bad-import-order
 
 
 def test_sampled_actions_have_the_tf_agents_log_prob(specs):
-  agent = factory.make_agent('sac', specs.time_step_spec, specs.action_spec)
+  agent = registry.make_agent('sac', specs.time_step_spec, specs.action_spec)
   policy = export.from_network(factory.actor_network(agent),
                                'tanh_normal', specs.action_spec)
   obs = np.random.default_rng(1).normal(size=(16, 17)).astype(np.float32)

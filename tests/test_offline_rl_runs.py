@@ -20,6 +20,7 @@ from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import offline
 from rlds_reverb.experiments import offline_data
@@ -55,7 +56,7 @@ def _config(address, root, agent, steps=30, **overrides):
           actor_layers=(16,), critic_layers=(16,), seed=1), **overrides)
 
 
-@pytest.mark.parametrize('agent', factory.OFFLINE_RL_AGENTS)
+@pytest.mark.parametrize('agent', registry.names(registry.OFFLINE))
 def test_each_learner_trains_exports_and_resumes(served, tmp_path, agent):
   gin.clear_config()
   gin.parse_config('SacNConfig.num_critics = 3')
@@ -67,7 +68,7 @@ def test_each_learner_trains_exports_and_resumes(served, tmp_path, agent):
     assert summary['transitions'] == sum(n - 1 for n in _LENGTHS)
     assert np.isfinite(summary['offline_normalized_score'])
     policy = numpy_policy.load(str(root / 'policy_offline.npz'))
-    assert policy.head == factory.HEAD[agent]
+    assert policy.head == registry.get(agent).head
     assert policy.metadata['agent'] == agent
     records = loop.Learner.read_eval_log(str(root))
     assert [r['train_step'] for r in records] == [30]
@@ -79,6 +80,31 @@ def test_each_learner_trains_exports_and_resumes(served, tmp_path, agent):
         str(root))] == [30, 45]
   finally:
     gin.clear_config()
+
+
+# td3_bc and cal_ql fine-tune in the tests below, with more to check.
+@pytest.mark.parametrize('agent', [
+    a for a in registry.names(registry.FINETUNE) if a not in ('td3_bc',
+                                                               'cal_ql')])
+def test_each_fine_tuning_agent_fine_tunes(served, tmp_path, agent):
+  """Every agent whose record names fine-tuning goes online after its
+  offline phase: one HalfCheetah episode, its gradient steps, the
+  fine-tuned policy exported."""
+  gin.clear_config()
+  gin.parse_config('SacNConfig.num_critics = 3')
+  try:
+    root = tmp_path / agent
+    summary = offline.train_offline(_config(
+        served, root, agent, steps=4, online_finetune_steps=1000,
+        train_every=50), show_progress=False)
+  finally:
+    gin.clear_config()
+  assert summary['finetune_env_steps'] == 1000
+  assert np.isfinite(summary['finetuned_normalized_score'])
+  assert (root / 'policy_finetuned.npz').exists()
+  records = loop.Learner.read_eval_log(str(root))
+  assert records[-1]['phase'] == 'online'
+  assert records[-1]['train_step'] > 4  # It learnt online.
 
 
 def test_iql_scales_rewards_by_the_data_returns(served, tmp_path):
@@ -93,7 +119,7 @@ def test_iql_scales_rewards_by_the_data_returns(served, tmp_path):
     # The last step holds no transition.
     rewards.append(rng.normal(size=n).astype(np.float32)[:-1].sum())
   expected = 1000.0 / np.ptp(rewards)
-  agent = factory.make_agent('iql', *_specs(), config.agent_config)
+  agent = registry.make_agent('iql', *_specs(), config.agent_config)
   checkpoint = tf.train.Checkpoint(agent=agent)
   checkpoint.restore(tf.train.latest_checkpoint(
       str(tmp_path / 'iql' / loop.CHECKPOINT_DIR))).expect_partial()

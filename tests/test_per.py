@@ -16,6 +16,7 @@ from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import run
 from conftest import _dqn  # pylint: disable=g-bad-import-order
@@ -237,7 +238,7 @@ def test_train_step_sets_priorities_from_dqn_td_errors(cartpole, data_spec):
         experience, gamma=agent._gamma).extra.td_error.numpy()  # pylint: disable=protected-access
     config = per.PerConfig(eps=1e-3, priority_cap=1.5)
     max_priority = per.MaxPriority()
-    step = per.PrioritizedTrainStep(
+    step = per.PrioritizedTrainStep.for_reverb(
         agent, per.PriorityUpdater(f'localhost:{server.port}', TABLE),
         config, max_priority)
     tf.function(step, autograph=False)((experience, info))
@@ -270,7 +271,7 @@ def test_importance_weights_reach_the_dqn_loss(cartpole, data_spec):
 
 def test_an_agent_without_td_errors_is_named():
   specs = envs.env_specs('HalfCheetah-v5')
-  agent = factory.make_agent('bc', specs.time_step_spec, specs.action_spec,
+  agent = registry.make_agent('bc', specs.time_step_spec, specs.action_spec,
                             factory.AgentConfig(actor_layers=(8,)))
   info = agent.train(_fixed_batch(8))
   with pytest.raises(ValueError, match='has no td_error'):
@@ -290,7 +291,8 @@ def test_short_prioritized_dqn_run_lowers_the_td_error_on_a_fixed_batch(
     before = td()
     max_priority = per.MaxPriority()
     learner = loop.Learner(
-        agent, str(tmp_path), train_step_fn=per.PrioritizedTrainStep(
+        agent, str(tmp_path),
+        train_step_fn=per.PrioritizedTrainStep.for_reverb(
             agent, per.PriorityUpdater(address, TABLE),
             per.PerConfig(beta_steps=300), max_priority))
     learner.train(iter(per.dataset(address, TABLE, data_spec, 64)), 300)

@@ -11,6 +11,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.agents.offline import ensemble
 from rlds_reverb.agents.offline import sac_n
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
@@ -25,6 +26,22 @@ TIME_STEP_SPEC = ts.time_step_spec(OBS_SPEC)
 # depend on the width.
 SMALL = factory.AgentConfig(actor_layers=(32, 32), critic_layers=(32, 32),
                            seed=1)
+
+
+def _make_sac_n(time_step_spec, action_spec, agent_config, train_step=None,
+                config=None):
+  """`sac_n.make_sac_n` on the config as `registry.make_agent` resolves it."""
+  return sac_n.make_sac_n(time_step_spec, action_spec,
+                          registry.resolve('sac_n', agent_config), train_step,
+                          method_config=config)
+
+
+def _make_edac(time_step_spec, action_spec, agent_config, train_step=None,
+               config=None):
+  """`sac_n.make_edac` on the config as `registry.make_agent` resolves it."""
+  return sac_n.make_edac(time_step_spec, action_spec,
+                         registry.resolve('edac', agent_config), train_step,
+                         method_config=config)
 
 
 def _critic(num_members, layer_norm=False, seed=0):
@@ -166,8 +183,8 @@ def _batch(agent):
   return batch
 
 
-@pytest.mark.parametrize('make, eta', [(sac_n.make_sac_n, None),
-                                       (sac_n.make_edac, 1.0)])
+@pytest.mark.parametrize('make, eta', [(_make_sac_n, None),
+                                       (_make_edac, 1.0)])
 def test_losses_fall_on_a_fixed_batch(make, eta):
   tf.random.set_seed(0)
   agent = make(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
@@ -197,7 +214,7 @@ def test_losses_fall_on_a_fixed_batch(make, eta):
 
 
 def test_td_errors_per_item_and_weights_scale_the_critic_loss():
-  agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
+  agent = _make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
                           config=sac_n.SacNConfig(num_critics=3))
   batch = _batch(agent)
   info = agent.train(batch)
@@ -232,13 +249,13 @@ def _agent_variables(agent):
 
 def test_checkpoint_restores_every_variable(tmp_path):
   config = sac_n.SacNConfig(num_critics=3)
-  trained = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL, config=config)
+  trained = _make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL, config=config)
   batch = _batch(trained)
   for _ in range(3):
     trained.train(batch)
   path = tf.train.Checkpoint(agent=trained).save(str(tmp_path / 'ckpt'))
 
-  fresh = sac_n.make_edac(
+  fresh = _make_edac(
       TIME_STEP_SPEC, ACTION_SPEC,
       factory.AgentConfig(actor_layers=(32, 32), critic_layers=(32, 32),
                          seed=2), config=config)
@@ -264,23 +281,23 @@ def test_checkpoint_restores_every_variable(tmp_path):
 
 def test_bad_settings_are_refused():
   with pytest.raises(ValueError, match='eta=1.0'):
-    sac_n.make_sac_n(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
+    _make_sac_n(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
                      config=sac_n.SacNConfig(eta=1.0))
   with pytest.raises(ValueError, match='eta > 0'):
-    sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
+    _make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
                     config=sac_n.SacNConfig(eta=0.0))
   with pytest.raises(ValueError, match='num_critics >= 2'):
-    sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
+    _make_edac(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
                     config=sac_n.SacNConfig(num_critics=1))
   with pytest.raises(ValueError, match='num_critics must be >= 1'):
-    sac_n.make_sac_n(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
+    _make_sac_n(TIME_STEP_SPEC, ACTION_SPEC, SMALL,
                      config=sac_n.SacNConfig(num_critics=0))
   states, actions = _states_actions(4)
   with pytest.raises(ValueError, match='>= 2 critics'):
     sac_n.diversity_loss(_critic(1), states, actions, 1.0)
   adam = tf.keras.optimizers.legacy.Adam
   networks = lambda n, m: dict(
-      actor_network=sac_n.make_sac_n(TIME_STEP_SPEC, ACTION_SPEC,
+      actor_network=_make_sac_n(TIME_STEP_SPEC, ACTION_SPEC,
                                      SMALL)._actor_network,
       critic_network=_critic(n), target_critic_network=_critic(m),
       actor_optimizer=adam(), critic_optimizer=adam(), alpha_optimizer=adam())
@@ -293,7 +310,7 @@ def test_bad_settings_are_refused():
 
 
 def test_published_defaults():
-  agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC,
+  agent = _make_edac(TIME_STEP_SPEC, ACTION_SPEC,
                           factory.AgentConfig())
   assert agent._eta == sac_n.EDAC_ETA == 1.0
   assert agent._critic_network.num_members == 10
@@ -313,7 +330,7 @@ def test_published_defaults():
   for s, t in zip(agent._critic_network.variables,
                   agent._target_critic_network.variables):
     np.testing.assert_array_equal(s.numpy(), t.numpy())
-  assert sac_n.make_sac_n(TIME_STEP_SPEC, ACTION_SPEC,
+  assert _make_sac_n(TIME_STEP_SPEC, ACTION_SPEC,
                           factory.AgentConfig())._eta == 0.0
 
 
@@ -328,7 +345,7 @@ def _initial_action_distribution(agent, seed=0):
 
 def test_edac_actor_init_starts_near_tanh_of_a_unit_normal():
   config = sac_n.SacNConfig(num_critics=3, edac_actor_init=True)
-  agent = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
+  agent = _make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
       actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
                           config=config)
   variables = agent._actor_network.variables
@@ -349,13 +366,13 @@ def test_edac_actor_init_starts_near_tanh_of_a_unit_normal():
   # give 1.65 and 1.73 (checked below).
   assert np.abs(mean).max() < 0.1
   assert np.abs(np.log(std)).max() < 0.1
-  default = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
+  default = _make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
       actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
                             config=sac_n.SacNConfig(num_critics=3))
   mean, std = _initial_action_distribution(default)
   assert np.abs(mean).max() > 0.5 or np.abs(np.log(std)).max() > 0.5
   # The same seed draws the same weights.
-  again = sac_n.make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
+  again = _make_edac(TIME_STEP_SPEC, ACTION_SPEC, factory.AgentConfig(
       actor_layers=(256, 256, 256), critic_layers=(32, 32), seed=1),
                           config=config)
   for a, b in zip(variables, again._actor_network.variables):

@@ -56,6 +56,7 @@ from rlds_reverb.data import datasets
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import curves
 from rlds_reverb.agents.offline import ensemble
 from rlds_reverb.experiments import loop
@@ -229,13 +230,13 @@ def main() -> None:
         reverb_address=address, feed=args.feed,
         root_dir=os.path.join(args.root, f'{agent}_seed{seed}'),
         train_steps=args.steps, eval_interval=args.eval_interval,
-        batch_size=factory.DEFAULT_BATCH_SIZE.get(agent, 256),
+        batch_size=registry.get(agent).published.batch_size,
         checkpoint_interval=args.eval_interval,
         eval_episodes=args.eval_episodes, seed=seed,
         agent_config=factory.AgentConfig(
             cql_bc_steps=args.cql_bc_steps, seed=seed, train_steps=args.steps,
             critic_dtype=(args.critic_dtype
-                          if agent in factory.OFFLINE_RL_AGENTS
+                          if registry.get(agent).ensemble_critics
                           else 'float32')),
         **config),
                                  show_progress=args.progress)
@@ -265,7 +266,7 @@ def main() -> None:
         'normalized_score_std': round(float(np.std(scores)), 2),
         'normalized_scores': [round(s, 2) for s in scores],
         'corl': CORL[args.dataset_kind].get(agent),
-        'batch_size': factory.DEFAULT_BATCH_SIZE.get(agent, 256),
+        'batch_size': registry.get(agent).published.batch_size,
         'return_mean': round(mean_return, 1),
         'grad_steps_per_s': mean_rate(summaries, 'grad_steps_per_s', 1),
         'sampled_transitions_per_s': mean_rate(

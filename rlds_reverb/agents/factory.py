@@ -1,11 +1,13 @@
 """TF-Agents agents, built with their published settings.
 
-`make_agent(kind, ...)` builds SAC, TD3, BC, TD3+BC or CQL-SAC (continuous
-control) or DQN (discrete, see `dqn`) from specs and an `AgentConfig`.
-Defaults follow the sources the issues name: TF-Agents' SAC example
-(haarnoja18), TD3+BC (Fujimoto & Gu 2021: alpha 2.5, actor every 2 steps,
-policy noise 0.2 clipped at 0.5), TF-Agents' CQL-SAC D4RL MuJoCo gin configs
-(kumar20/configs/mujoco.gin) and RL Zoo's DQN CartPole settings.
+`make_sac`, `make_td3`, `make_bc`, `make_td3_bc` and `make_cql_sac` build
+the continuous-control agents TF-Agents ships from specs and a resolved
+`AgentConfig` (`registry.make_agent` resolves it and picks the maker; DQN
+is `dqn`, the offline methods TF-Agents lacks are in `agents.offline`).
+What is not in `AgentConfig` follows the sources the registry names:
+TD3+BC's alpha 2.5, actor every 2 steps, policy noise 0.2 clipped at 0.5
+(Fujimoto & Gu 2021); CQL-SAC's fixed settings of TF-Agents' kumar20
+configs/mujoco.gin.
 
 The critic learners report their TD errors in `LossInfo.extra.td_error`, as
 `DqnAgent` does, so that prioritized replay (`rlds_reverb.replay.per`) can set
@@ -28,43 +30,7 @@ from tf_agents.agents.sac import sac_agent
 from tf_agents.agents.td3 import td3_agent
 from tf_agents.utils import common
 
-from rlds_reverb.agents.offline import ensemble
 from rlds_reverb.agents.offline import offline_agent
-
-# Offline learners TF-Agents lacks, written here as TFAgents (see their
-# modules: iql, awac, rebrac, sac_n, cal_ql).
-OFFLINE_RL_AGENTS = ('iql', 'awac', 'rebrac', 'sac_n', 'edac', 'cal_ql')
-AGENTS = ('sac', 'td3', 'bc', 'td3_bc', 'cql_sac', 'dqn') + OFFLINE_RL_AGENTS
-OFFLINE_AGENTS = ('bc', 'td3_bc', 'cql_sac') + OFFLINE_RL_AGENTS
-ONLINE_AGENTS = ('sac', 'td3', 'td3_bc', 'cql_sac', 'dqn')
-DISCRETE_AGENTS = ('dqn',)
-# Which numpy head (acting.numpy_policy.HEADS) exports each agent's actor.
-HEAD = {'sac': 'tanh_normal', 'cql_sac': 'tanh_normal', 'td3': 'deterministic',
-        'td3_bc': 'deterministic', 'bc': 'deterministic', 'dqn': 'q_argmax',
-        'iql': 'tanh_normal', 'awac': 'tanh_normal', 'rebrac': 'deterministic',
-        'sac_n': 'tanh_normal', 'edac': 'tanh_normal',
-        'cal_ql': 'tanh_normal'}
-# Batch sizes of the published settings where they are not 256.
-DEFAULT_BATCH_SIZE = {'rebrac': 1024}
-# Where each agent's published defaults differ from AgentConfig's None:
-# (actor lr, critic lr, alpha lr, actor layers, critic layers, reward scale).
-_THREE = (256, 256, 256)
-_TWO = (256, 256)
-_PUBLISHED = {
-    'sac': (3e-4, 3e-4, 3e-4, _TWO, _TWO, 0.1),  # haarnoja18
-    'td3': (3e-4, 3e-4, None, _TWO, _TWO, 1.0),
-    'td3_bc': (3e-4, 3e-4, None, _TWO, _TWO, 1.0),  # Fujimoto & Gu
-    'bc': (1e-3, None, None, _TWO, None, 1.0),
-    'cql_sac': (3e-4, 3e-4, 3e-4, _TWO, _THREE, 0.1),  # kumar20
-    'dqn': (None, None, None, _TWO, None, 1.0),
-    # CORL's halfcheetah configs:
-    'iql': (3e-4, 3e-4, None, _TWO, _TWO, 1.0),
-    'awac': (3e-4, 3e-4, None, _THREE, _THREE, 1.0),
-    'rebrac': (1e-3, 1e-3, None, _THREE, _THREE, 1.0),
-    'sac_n': (3e-4, 3e-4, 3e-4, _THREE, _THREE, 1.0),
-    'edac': (3e-4, 3e-4, 3e-4, _THREE, _THREE, 1.0),
-    'cal_ql': (3e-5, 3e-4, 3e-5, _THREE, _THREE, 1.0),
-}
 
 # LossInfo.extra types of the critic learners: their own fields plus
 # td_error, so `extra.critic_loss` still reads as in TF-Agents.
@@ -148,18 +114,6 @@ class AgentConfig:
   seed: Optional[int] = None
   """Seed of the agent's own random ops (CQL-SAC's sampled actions); None:
   unseeded. The pipelines pass --seed."""
-
-
-def resolve(kind: str, config: AgentConfig) -> AgentConfig:
-  """`config` with each None replaced by `kind`'s published default."""
-  published = dict(zip(
-      ('actor_learning_rate', 'critic_learning_rate', 'alpha_learning_rate',
-       'actor_layers', 'critic_layers', 'reward_scale_factor'),
-      _PUBLISHED[kind]))
-  published['train_steps'] = 1_000_000
-  return dataclasses.replace(config, **{
-      field: value for field, value in published.items()
-      if getattr(config, field) is None and value is not None})
 
 
 class TdErrorRecorder:
@@ -281,120 +235,91 @@ def _critic(observation_spec, action_spec, config, name='CriticNetwork'):
       last_kernel_initializer='glorot_uniform', name=name)
 
 
-def make_agent(kind: str, time_step_spec: Any, action_spec: Any,
-               config: AgentConfig | None = None,
-               train_step: tf.Variable | None = None) -> Any:
-  """Builds and initialises one of AGENTS.
+# Legacy Adam: its slots are checkpointed per variable. The new Keras
+# optimizer keeps them in a list by position, and TF-Agents' SAC/TD3 order
+# the critic variables through an identity set, so a resumed run could hand
+# critic 1's moments to critic 2.
+_ADAM = tf.keras.optimizers.legacy.Adam
 
-  Raises:
-    ValueError: unknown `kind`; a critic_dtype other than float32 for an
-      agent without ensemble critics, or an unknown one.
-  """
-  if kind not in AGENTS:
-    raise ValueError(f'unknown agent {kind!r}; one of: {", ".join(AGENTS)}')
-  critic_dtype = (config or AgentConfig()).critic_dtype
-  ensemble.hidden_dtype(critic_dtype)
-  if critic_dtype != 'float32' and kind not in OFFLINE_RL_AGENTS:
-    raise ValueError(
-        f'AgentConfig.critic_dtype={critic_dtype!r} applies to the ensemble '
-        f'critics of {", ".join(OFFLINE_RL_AGENTS)}; {kind} computes in '
-        'float32')
-  ensemble.warn_if_emulated(critic_dtype)
-  train_step = (train_step if train_step is not None
-                else tf.Variable(0, dtype=tf.int64, name='train_step'))
-  if kind == 'dqn':
-    from rlds_reverb.agents import dqn  # pylint: disable=g-import-not-at-top
-    return dqn.make_dqn_agent(time_step_spec, action_spec,
-                              config or AgentConfig(), train_step)
-  config = resolve(kind, config or AgentConfig())
-  if kind in OFFLINE_RL_AGENTS:
-    agent = _offline_rl_factory(kind)(time_step_spec, action_spec, config,
-                                      train_step)
-    agent.initialize()
-    return agent
+
+def _sac_kwargs(time_step_spec: Any, action_spec: Any, config: AgentConfig,
+                train_step: tf.Variable) -> dict:
   obs_spec = time_step_spec.observation
-  # Legacy Adam: its slots are checkpointed per variable. The new Keras
-  # optimizer keeps them in a list by position, and TF-Agents' SAC/TD3 order
-  # the critic variables through an identity set, so a resumed run could
-  # hand critic 1's moments to critic 2.
-  adam = tf.keras.optimizers.legacy.Adam
-  if kind in ('sac', 'cql_sac'):
-    actor = offline_agent.squashed_gaussian_actor(
-        obs_spec, action_spec, config.actor_layers)
-    common_kwargs = dict(
-        actor_network=actor,
-        critic_network=_critic(obs_spec, action_spec, config),
-        actor_optimizer=adam(config.actor_learning_rate),
-        critic_optimizer=adam(config.critic_learning_rate),
-        alpha_optimizer=adam(config.alpha_learning_rate),
-        target_update_tau=config.target_update_tau, target_update_period=1,
-        td_errors_loss_fn=TdErrorRecorder(), gamma=config.gamma,
-        reward_scale_factor=config.reward_scale_factor,
-        train_step_counter=train_step)
-    if kind == 'sac':
-      agent = SacAgent(time_step_spec, action_spec, **common_kwargs)
-    else:
-      agent = CqlSacAgent(
-          time_step_spec, action_spec, cql_alpha=config.cql_alpha,
-          num_cql_samples=10, include_critic_entropy_term=False,
-          use_lagrange_cql_alpha=False, cql_alpha_learning_rate=3e-4,
-          cql_tau=10.0, random_seed=config.seed, reward_noise_variance=0.0,
-          num_bc_steps=config.cql_bc_steps, softmax_temperature=50.0,
-          **common_kwargs)
-  elif kind == 'bc':
-    cloning_network = _deterministic_actor(obs_spec, action_spec, config)
-    agent = behavioral_cloning_agent.BehavioralCloningAgent(
-        time_step_spec, action_spec, cloning_network=cloning_network,
-        optimizer=adam(config.actor_learning_rate),
-        loss_fn=_first_step_mse(cloning_network), num_outer_dims=2,
-        train_step_counter=train_step)
-  else:
-    td3_class = Td3BcAgent if kind == 'td3_bc' else Td3Agent
-    extra = {'bc_alpha': config.td3_bc_alpha} if kind == 'td3_bc' else {}
-    agent = td3_class(
-        time_step_spec, action_spec,
-        actor_network=_deterministic_actor(obs_spec, action_spec, config),
-        critic_network=_critic(obs_spec, action_spec, config),
-        actor_optimizer=adam(config.actor_learning_rate),
-        critic_optimizer=adam(config.critic_learning_rate),
-        exploration_noise_std=0.1, target_update_tau=config.target_update_tau,
-        target_update_period=2, actor_update_period=2,
-        td_errors_loss_fn=TdErrorRecorder(), gamma=config.gamma,
-        reward_scale_factor=config.reward_scale_factor,
-        target_policy_noise=0.2, target_policy_noise_clip=0.5,
-        train_step_counter=train_step, **extra)
+  return dict(
+      actor_network=offline_agent.squashed_gaussian_actor(
+          obs_spec, action_spec, config.actor_layers),
+      critic_network=_critic(obs_spec, action_spec, config),
+      actor_optimizer=_ADAM(config.actor_learning_rate),
+      critic_optimizer=_ADAM(config.critic_learning_rate),
+      alpha_optimizer=_ADAM(config.alpha_learning_rate),
+      target_update_tau=config.target_update_tau, target_update_period=1,
+      td_errors_loss_fn=TdErrorRecorder(), gamma=config.gamma,
+      reward_scale_factor=config.reward_scale_factor,
+      train_step_counter=train_step)
+
+
+def make_sac(time_step_spec: Any, action_spec: Any, config: AgentConfig,
+             train_step: tf.Variable) -> SacAgent:
+  agent = SacAgent(time_step_spec, action_spec, **_sac_kwargs(
+      time_step_spec, action_spec, config, train_step))
   agent.initialize()
   return agent
 
 
-def method_settings(kind: str) -> dict:
-  """The method's own settings as gin binds them now ({} for agents that
-  have none): runs record them, so a resume under other settings is
-  refused."""
-  if kind not in OFFLINE_RL_AGENTS:
-    return {}
-  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.agents.offline import awac
-  from rlds_reverb.agents.offline import cal_ql
-  from rlds_reverb.agents.offline import iql
-  from rlds_reverb.agents.offline import rebrac
-  from rlds_reverb.agents.offline import sac_n
-  config = {'iql': iql.IqlConfig, 'awac': awac.AwacConfig,
-            'rebrac': rebrac.RebracConfig, 'sac_n': sac_n.SacNConfig,
-            'edac': sac_n.SacNConfig, 'cal_ql': cal_ql.CalQlConfig}[kind]()
-  return dataclasses.asdict(config)
+def make_cql_sac(time_step_spec: Any, action_spec: Any, config: AgentConfig,
+                 train_step: tf.Variable) -> CqlSacAgent:
+  agent = CqlSacAgent(
+      time_step_spec, action_spec, cql_alpha=config.cql_alpha,
+      num_cql_samples=10, include_critic_entropy_term=False,
+      use_lagrange_cql_alpha=False, cql_alpha_learning_rate=3e-4,
+      cql_tau=10.0, random_seed=config.seed, reward_noise_variance=0.0,
+      num_bc_steps=config.cql_bc_steps, softmax_temperature=50.0,
+      **_sac_kwargs(time_step_spec, action_spec, config, train_step))
+  agent.initialize()
+  return agent
 
 
-def _offline_rl_factory(kind: str) -> Any:
-  # pylint: disable=g-import-not-at-top
-  from rlds_reverb.agents.offline import awac
-  from rlds_reverb.agents.offline import cal_ql
-  from rlds_reverb.agents.offline import iql
-  from rlds_reverb.agents.offline import rebrac
-  from rlds_reverb.agents.offline import sac_n
-  return {'iql': iql.make_iql, 'awac': awac.make_awac,
-          'rebrac': rebrac.make_rebrac, 'sac_n': sac_n.make_sac_n,
-          'edac': sac_n.make_edac, 'cal_ql': cal_ql.make_cal_ql}[kind]
+def make_bc(time_step_spec: Any, action_spec: Any, config: AgentConfig,
+            train_step: tf.Variable) -> Any:
+  cloning_network = _deterministic_actor(time_step_spec.observation,
+                                         action_spec, config)
+  agent = behavioral_cloning_agent.BehavioralCloningAgent(
+      time_step_spec, action_spec, cloning_network=cloning_network,
+      optimizer=_ADAM(config.actor_learning_rate),
+      loss_fn=_first_step_mse(cloning_network), num_outer_dims=2,
+      train_step_counter=train_step)
+  agent.initialize()
+  return agent
+
+
+def _make_td3(td3_class: type, time_step_spec: Any, action_spec: Any,
+              config: AgentConfig, train_step: tf.Variable, **extra) -> Any:
+  obs_spec = time_step_spec.observation
+  agent = td3_class(
+      time_step_spec, action_spec,
+      actor_network=_deterministic_actor(obs_spec, action_spec, config),
+      critic_network=_critic(obs_spec, action_spec, config),
+      actor_optimizer=_ADAM(config.actor_learning_rate),
+      critic_optimizer=_ADAM(config.critic_learning_rate),
+      exploration_noise_std=0.1, target_update_tau=config.target_update_tau,
+      target_update_period=2, actor_update_period=2,
+      td_errors_loss_fn=TdErrorRecorder(), gamma=config.gamma,
+      reward_scale_factor=config.reward_scale_factor,
+      target_policy_noise=0.2, target_policy_noise_clip=0.5,
+      train_step_counter=train_step, **extra)
+  agent.initialize()
+  return agent
+
+
+def make_td3(time_step_spec: Any, action_spec: Any, config: AgentConfig,
+             train_step: tf.Variable) -> Td3Agent:
+  return _make_td3(Td3Agent, time_step_spec, action_spec, config, train_step)
+
+
+def make_td3_bc(time_step_spec: Any, action_spec: Any, config: AgentConfig,
+                train_step: tf.Variable) -> Td3BcAgent:
+  return _make_td3(Td3BcAgent, time_step_spec, action_spec, config,
+                   train_step, bc_alpha=config.td3_bc_alpha)
 
 
 def actor_network(agent: Any) -> Any:

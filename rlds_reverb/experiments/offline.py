@@ -37,6 +37,7 @@ from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import offline_data
 from rlds_reverb.experiments import resume
@@ -48,17 +49,6 @@ from rlds_reverb.replay import variants
 OFFLINE_TABLE = 'rlds'
 FINETUNE_TABLE = 'online'
 FEEDS = ('memory', 'stream')
-# Agents that train offline from goal data with hindsight relabelling.
-HER_OFFLINE_AGENTS = ('td3', 'td3_bc', 'sac')
-# Observations normalised by the data's mean/std by default, as the
-# methods' papers (or CORL's configs for them) do.
-NORMALIZED_OBSERVATIONS = ('td3_bc', 'iql', 'awac', 'cal_ql')
-# Rewards scaled by 1000 / (max - min episode return) of the data by
-# default (IQL's locomotion setting; CORL's normalize_reward).
-NORMALIZED_REWARDS = ('iql',)
-# Agents that bootstrap from the data's next action (step 1 of each item)
-# or from returns-to-go: one-step transitions only.
-ONE_STEP_AGENTS = ('rebrac', 'cal_ql')
 NORMALIZATION_FILE = 'observation_stats.npz'
 # Deadline of writing PER priorities back to a remote table (one item).
 _WRITE_BACK_TIMEOUT_S = 60.0
@@ -70,7 +60,8 @@ class OfflineConfig:
   """An offline run; each field is the `pipelines.train` flag of that name
   (train_steps is --steps)."""
   agent: str
-  """bc, td3_bc or cql_sac; with her_config: td3, td3_bc or sac."""
+  """An agent whose registry record trains offline (with her_config: one
+  that trains offline with HER)."""
   dataset: str
   """TFDS name[/config] or local directory of the RLDS data (or a label
   for the run when reverb_address names the table)."""
@@ -104,11 +95,13 @@ class OfflineConfig:
   checkpoint_interval: int = 10_000
   """Gradient steps between checkpoints (and at the end)."""
   normalize_observations: bool | None = None
-  """Normalise observations with the data's mean and std; None: on for
-  td3_bc (Fujimoto & Gu), iql, awac and cal_ql (CORL's configs)."""
+  """Normalise observations with the data's mean and std; None: the
+  agent's record says (on for td3_bc, iql, awac and cal_ql, as Fujimoto &
+  Gu and CORL's configs do)."""
   normalize_rewards: bool | None = None
   """Scale rewards by 1000 / (max - min episode return) of the data; None:
-  on for iql (Kostrikov et al.'s locomotion setting)."""
+  the agent's record says (on for iql, Kostrikov et al.'s locomotion
+  setting)."""
   online_finetune_steps: int = 0
   """Env steps of offline-to-online fine-tuning after the offline phase."""
   train_every: int = 1000
@@ -139,7 +132,7 @@ class OfflineConfig:
   """The agent's hyper-parameters."""
   method_settings: dict = dataclasses.field(default_factory=dict)
   """Recorded, not set: the gin-bound settings of iql, awac, rebrac,
-  sac_n, edac or cal_ql (`factory.method_settings`), filled in by
+  sac_n, edac or cal_ql (`registry.method_settings`), filled in by
   `train_offline`."""
 
   @property
@@ -155,23 +148,20 @@ class OfflineConfig:
     if self.her_config is not None:
       return False  # HER normalises with its own running statistics.
     if self.normalize_observations is None:
-      return self.agent in NORMALIZED_OBSERVATIONS
+      return registry.get(self.agent).normalizes_observations
     return self.normalize_observations
 
   @property
   def scales_rewards(self) -> bool:
     if self.normalize_rewards is None:
-      return self.agent in NORMALIZED_REWARDS
+      return registry.get(self.agent).scales_rewards
     return self.normalize_rewards
 
 
 def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   her_run = config.her_config is not None
-  allowed = HER_OFFLINE_AGENTS if her_run else factory.OFFLINE_AGENTS
-  if config.agent not in allowed:
-    raise ValueError(f'agent {config.agent!r} does not train offline'
-                     f'{" with HER" if her_run else ""}; one of: '
-                     f'{", ".join(allowed)}')
+  agent = registry.get(config.agent)
+  agent.check_mode(registry.OFFLINE, her=her_run)
   for name in ('train_steps', 'batch_size', 'eval_interval', 'eval_episodes',
                'checkpoint_interval', 'train_every'):
     if getattr(config, name) < 1:
@@ -184,9 +174,10 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   if config.online_finetune_steps < 0:
     raise ValueError('online_finetune_steps must be >= 0, got '
                      f'{config.online_finetune_steps}')
-  if config.online_finetune_steps and config.agent == 'bc':
-    raise ValueError('bc has no critic to fine-tune online; use td3_bc or '
-                     'cql_sac with --online_finetune_steps')
+  if config.online_finetune_steps and not agent.trains(registry.FINETUNE):
+    raise ValueError(f'{config.agent} has no critic to fine-tune online; use '
+                     f'one of {", ".join(registry.names(registry.FINETUNE))} '
+                     'with --online_finetune_steps')
   if config.online_finetune_steps and config.batch_size < 2:
     raise ValueError('symmetric sampling needs batch_size >= 2')
   if config.online_finetune_steps and config.feed != 'memory':
@@ -195,20 +186,22 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   if config.feed not in FEEDS:
     raise ValueError(f'feed must be one of {", ".join(FEEDS)}, got '
                      f'{config.feed!r}')
-  if config.agent in ONE_STEP_AGENTS and config.n_step != 1:
+  if agent.one_step and config.n_step != 1:
     raise ValueError(f'{config.agent} takes one-step transitions (it reads '
                      'the next action or the return-to-go of each); drop '
                      f'n_step={config.n_step}')
-  if config.agent == 'cal_ql' and (config.feed != 'memory' or
-                                   config.prioritized):
-    raise ValueError('cal_ql reads each transition\'s return-to-go from the '
+  if agent.returns_to_go and (config.feed != 'memory' or
+                              config.prioritized):
+    raise ValueError(f'{config.agent} reads each transition\'s return-to-go '
+                     'from the '
                      'memory feed with uniform sampling: drop --feed stream '
                      'and prioritized replay')
   if config.scales_rewards and (config.feed != 'memory' or her_run or
-                                config.agent not in factory.OFFLINE_RL_AGENTS):
+                                not agent.ensemble_critics):
     raise ValueError('reward scaling (normalize_rewards) reads the episode '
                      'returns from the memory feed and is offered for '
-                     f'{", ".join(factory.OFFLINE_RL_AGENTS)} without HER')
+                     f'{", ".join(registry.names_with_ensemble_critics())} '
+                     'without HER')
   if config.n_step < 1 or (config.n_step > 1 and (
       config.feed != 'memory' or her_run)):
     raise ValueError(f'n_step must be >= 1, and > 1 needs the memory feed '
@@ -217,9 +210,10 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   if config.replay not in per.REPLAYS:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')
-  if config.prioritized and config.agent == 'bc':
-    raise ValueError('bc has no TD error to prioritize by; use td3_bc or '
-                     'cql_sac with prioritized replay')
+  if config.prioritized and not agent.td_errors:
+    raise ValueError(f'{config.agent} has no TD error to prioritize by; use '
+                     'an agent that has one (td3_bc, cql_sac, ...) with '
+                     'prioritized replay')
   if config.prioritized and config.online_finetune_steps:
     raise ValueError('prioritized replay covers the offline phase only; '
                      'fine-tuning samples both tables uniformly: drop '
@@ -259,14 +253,15 @@ def _replay(config: OfflineConfig, specs: envs.EnvSpecs, data_spec: Any,
                                     normalize=config.her_normalize)
   if config.prioritized:
     return variants.PrioritizedReplay(settings, config.per_settings)
-  if config.agent == 'cal_ql':
+  if registry.get(config.agent).returns_to_go:
     return variants.ReturnToGoReplay(settings)
   return variants.UniformReplay(settings)
 
 
 def _finetune_replay(config: OfflineConfig,
                      specs: envs.EnvSpecs) -> variants.UniformReplay:
-  variant = (variants.ReturnToGoReplay if config.agent == 'cal_ql'
+  variant = (variants.ReturnToGoReplay
+             if registry.get(config.agent).returns_to_go
              else variants.UniformReplay)
   return variant(variants.Settings(
       table=FINETUNE_TABLE, data_spec=run.trajectory_spec(specs),
@@ -332,20 +327,23 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True,
   """
   specs = envs.env_specs(config.env)
   _check(config, specs)
+  # The method's own settings, read once here and passed to the agent.
+  method_config = registry.default_method_config(config.agent)
   config = dataclasses.replace(
-      config, agent_config=factory.resolve(config.agent, dataclasses.replace(
+      config, agent_config=registry.resolve(config.agent, dataclasses.replace(
           config.agent_config, train_steps=(config.agent_config.train_steps
                                             or config.train_steps))),
-      method_settings=factory.method_settings(config.agent))
+      method_settings=registry.method_settings(method_config))
   record = resume.check_resumable(config.root_dir, config)
   with resume.RunDirectory(config.root_dir, record) as run_dir:
     return _train_offline(config, specs, run_dir, show_progress,
-                          on_server_lost)
+                          on_server_lost, method_config)
 
 
 def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                    run_dir: resume.RunDirectory, show_progress: bool,
-                   on_server_lost: Callable[[BaseException], None]) -> dict:
+                   on_server_lost: Callable[[BaseException], None],
+                   method_config: Any) -> dict:
   run.seed_everything(config.seed)
   rlds_data, data_spec = _checked_data(config, specs)
   reward_env = (envs.make_env(config.env) if config.her_config is not None
@@ -396,8 +394,9 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                         show_progress))
     if config.prioritized and config.feed == 'stream':
       per.check_prioritized(client, config.table)
-    agent = factory.make_agent(config.agent, specs.time_step_spec,
-                              specs.action_spec, config.agent_config)
+    agent = registry.make_agent(config.agent, specs.time_step_spec,
+                                specs.action_spec, config.agent_config,
+                                method_config=method_config)
     max_priority = per.MaxPriority()
     extra = (replay.checkpoint_state() if replay is not None else
              {'max_priority': max_priority.variable})

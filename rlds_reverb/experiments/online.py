@@ -32,6 +32,7 @@ from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import distributed
 from rlds_reverb.agents import dqn
 from rlds_reverb.experiments import loop
@@ -40,11 +41,6 @@ from rlds_reverb.experiments import run
 from rlds_reverb.replay import variants
 
 ONLINE_TABLE = 'online'
-# Offline agents that go online only to fine-tune after their offline phase
-# (`offline.train_offline` with `online_finetune_steps`), never from scratch.
-FINETUNE_ONLY_AGENTS = ('td3_bc', 'cql_sac')
-AGENTS = tuple(a for a in factory.ONLINE_AGENTS
-               if a not in FINETUNE_ONLY_AGENTS)
 FEEDS = ('memory',)
 # Rows the memory keeps beyond replay_size: room for the longest episode.
 _SLACK_EPISODES = 1
@@ -61,7 +57,8 @@ class OnlineConfig:
   """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
   running again resumes from it."""
   agent: str = 'sac'
-  """sac, td3 (continuous) or dqn (discrete)."""
+  """An agent whose registry record trains online: sac, td3 (continuous)
+  or dqn (discrete)."""
   env_steps: int = 300_000
   """Env steps of the whole run."""
   initial_collect_steps: int = 10_000
@@ -126,13 +123,7 @@ def _check(config: OnlineConfig) -> None:
       raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
   if config.initial_collect_steps < 0 or config.utd <= 0:
     raise ValueError('initial_collect_steps must be >= 0 and utd > 0')
-  if config.agent in FINETUNE_ONLY_AGENTS:
-    raise ValueError(f'agent {config.agent!r} trains online only as '
-                     'fine-tuning after its offline phase '
-                     '(offline.train_offline with online_finetune_steps)')
-  if config.agent not in AGENTS:
-    raise ValueError(f'agent {config.agent!r} does not train online; one of: '
-                     f'{", ".join(AGENTS)}')
+  registry.get(config.agent).check_mode(registry.ONLINE)
   if config.replay not in per.REPLAYS:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')
@@ -185,13 +176,15 @@ def check_her_fits_env(config: OnlineConfig, specs: envs.EnvSpecs) -> None:
 
 def check_agent_fits_env(kind: str, specs: envs.EnvSpecs) -> None:
   """Raises ValueError when a discrete agent meets continuous actions or back."""
-  if specs.discrete and kind not in factory.DISCRETE_AGENTS:
+  actions = registry.get(kind).actions
+  if specs.discrete and actions == registry.CONTINUOUS:
     raise ValueError(f'env {specs.env_id} has discrete actions; agent {kind} '
                      f'needs continuous ones: use '
-                     f'{", ".join(factory.DISCRETE_AGENTS)}')
-  if not specs.discrete and kind in factory.DISCRETE_AGENTS:
+                     f'{", ".join(registry.names(registry.ONLINE, discrete=True))}')
+  if not specs.discrete and actions == registry.DISCRETE:
     raise ValueError(f'agent {kind} needs discrete actions; env '
-                     f'{specs.env_id} has continuous ones: use sac or td3')
+                     f'{specs.env_id} has continuous ones: use '
+                     f'{" or ".join(registry.names(registry.ONLINE, discrete=False))}')
 
 
 def per_config_for(config: OnlineConfig) -> per.PerConfig:
@@ -271,7 +264,7 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
   check_agent_fits_env(config.agent, specs)
   check_her_fits_env(config, specs)
   # Recorded resolved, so a resume compares the settings actually used.
-  config = dataclasses.replace(config, agent_config=factory.resolve(
+  config = dataclasses.replace(config, agent_config=registry.resolve(
       config.agent, config.agent_config))
   record = resume.check_resumable(config.root_dir, config)
   with resume.RunDirectory(config.root_dir, record) as run_dir:
@@ -296,8 +289,8 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
     client = server.localhost_client()
   collector = None
   try:
-    agent = factory.make_agent(config.agent, specs.time_step_spec,
-                              specs.action_spec, config.agent_config)
+    agent = registry.make_agent(config.agent, specs.time_step_spec,
+                                specs.action_spec, config.agent_config)
     learner = loop.Learner(agent, config.root_dir,
                            **replay.checkpoint_state())
     how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'

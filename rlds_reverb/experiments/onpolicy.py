@@ -27,6 +27,7 @@ from rlds_reverb.acting import vector_rollouts
 from rlds_reverb.agents import actor_critic
 from rlds_reverb.agents.onpolicy import gae
 from rlds_reverb.agents.onpolicy import gail
+from rlds_reverb.agents import registry
 from rlds_reverb.experiments import loop
 from rlds_reverb.agents.onpolicy import normalization
 from rlds_reverb.agents.onpolicy import ppo
@@ -35,7 +36,6 @@ from rlds_reverb.experiments import run
 from rlds_reverb.replay import rollout_queue
 
 ROLLOUT_TABLE = 'rollouts'
-AGENTS = ppo.ALGORITHMS
 
 
 @gin.configurable
@@ -83,9 +83,7 @@ class OnPolicyConfig:
 
 
 def check(config: OnPolicyConfig) -> None:
-  if config.agent not in AGENTS:
-    raise ValueError(f'agent {config.agent!r} is not on-policy; one of: '
-                     f'{", ".join(AGENTS)}')
+  registry.get(config.agent).check_mode(registry.ONPOLICY)
   for name in ('env_steps', 'eval_interval', 'eval_episodes',
                'checkpoint_interval'):
     if getattr(config, name) < 1:

@@ -35,6 +35,7 @@ from rlds_reverb.acting import evaluation
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import actor_critic
 from rlds_reverb.agents import factory
+from rlds_reverb.agents import registry
 from rlds_reverb.agents import dqn
 from rlds_reverb.agents import export
 from rlds_reverb.experiments import loop
@@ -201,10 +202,11 @@ def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
                         actor_critic.RecurrentActorCritic)):
     return actor_critic.export(agent, specs.action_low, specs.action_high,
                                metadata)
-  if kind in factory.DISCRETE_AGENTS:
+  head = registry.get(kind).head
+  if head == 'q_argmax':
     return dqn.export_q_policy(agent, specs.action_spec, metadata)
   return export.from_network(
-      factory.actor_network(agent), factory.HEAD[kind], specs.action_spec,
+      factory.actor_network(agent), head, specs.action_spec,
       metadata=metadata)
 
 
@@ -214,7 +216,7 @@ def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
   if isinstance(agent, (actor_critic.ActorCritic,
                         actor_critic.RecurrentActorCritic)):
     actor_critic.update_weights(policy, agent)
-  elif kind in factory.DISCRETE_AGENTS:
+  elif registry.get(kind).head == 'q_argmax':
     policy.kernels, policy.biases = dqn.q_layers(agent._q_network)  # pylint: disable=protected-access
   else:
     export.update_weights(policy, factory.actor_network(agent))

@@ -176,7 +176,7 @@ def td_errors(loss_info: Any) -> tf.Tensor:
     raise ValueError(
         f'{type(loss_info.extra).__name__} has no td_error: prioritized '
         'replay needs an agent that reports its TD errors (DqnAgent, or '
-        'rlds_reverb.agents.factory.make_agent)')
+        'rlds_reverb.agents.registry.make_agent)')
   if td_error.shape.rank == 2:  # [B, T] of a sequence learner: per item.
     td_error = tf.reduce_max(tf.abs(td_error), axis=1)
   return td_error

@@ -132,11 +132,11 @@ class AwacAgent(offline_agent.OfflineAgent):
 
 def make_awac(time_step_spec: Any, action_spec: Any, agent_config: Any,
               train_step: Optional[tf.Variable] = None,
-              awac_config: Optional[AwacConfig] = None) -> AwacAgent:
+              method_config: Optional[AwacConfig] = None) -> AwacAgent:
   """Builds an `AwacAgent` from an `agents.AgentConfig` whose rates, layers,
-  gamma, tau and seed are resolved; `awac_config` defaults to
-  `AwacConfig()` (so gin bindings of AwacConfig apply)."""
-  config = awac_config if awac_config is not None else AwacConfig()
+  gamma, tau and seed are resolved (`registry.make_agent` resolves it);
+  `method_config` defaults to `AwacConfig()`."""
+  config = method_config if method_config is not None else AwacConfig()
   train_step = (train_step if train_step is not None
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
   obs_spec = time_step_spec.observation

@@ -214,7 +214,8 @@ class CalQlAgent(offline_agent.OfflineAgent):
 
 
 def make_cal_ql(time_step_spec: Any, action_spec: Any, agent_config: Any,
-                train_step: tf.Variable) -> CalQlAgent:
+                train_step: tf.Variable,
+                method_config: CalQlConfig | None = None) -> CalQlAgent:
   return CalQlAgent(
       time_step_spec, action_spec, actor_layers=agent_config.actor_layers,
       critic_layers=agent_config.critic_layers,
@@ -224,6 +225,6 @@ def make_cal_ql(time_step_spec: Any, action_spec: Any, agent_config: Any,
       gamma=agent_config.gamma,
       target_update_tau=agent_config.target_update_tau,
       reward_scale_factor=agent_config.reward_scale_factor,
-      config=CalQlConfig(), seed=agent_config.seed,
+      config=method_config or CalQlConfig(), seed=agent_config.seed,
       critic_dtype=agent_config.critic_dtype, train_step_counter=train_step)
 

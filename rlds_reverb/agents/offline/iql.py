@@ -173,11 +173,11 @@ class IqlAgent(offline_agent.OfflineAgent):
 
 def make_iql(time_step_spec: Any, action_spec: Any, agent_config: Any,
              train_step: Optional[tf.Variable] = None,
-             iql_config: Optional[IqlConfig] = None) -> IqlAgent:
+             method_config: Optional[IqlConfig] = None) -> IqlAgent:
   """Builds an `IqlAgent` from an `agents.AgentConfig` whose rates, layers,
-  gamma, tau and seed are resolved; `iql_config` defaults to `IqlConfig()`
-  (so gin bindings of IqlConfig apply)."""
-  config = iql_config if iql_config is not None else IqlConfig()
+  gamma, tau and seed are resolved (`registry.make_agent` resolves it);
+  `method_config` defaults to `IqlConfig()`."""
+  config = method_config if method_config is not None else IqlConfig()
   train_step = (train_step if train_step is not None
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
   obs_spec = time_step_spec.observation

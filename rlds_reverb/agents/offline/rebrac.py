@@ -169,7 +169,8 @@ class RebracAgent(offline_agent.OfflineAgent):
 
 
 def make_rebrac(time_step_spec: Any, action_spec: Any, agent_config: Any,
-                train_step: tf.Variable) -> RebracAgent:
+                train_step: tf.Variable,
+                method_config: RebracConfig | None = None) -> RebracAgent:
   return RebracAgent(
       time_step_spec, action_spec, actor_layers=agent_config.actor_layers,
       critic_layers=agent_config.critic_layers,
@@ -178,5 +179,5 @@ def make_rebrac(time_step_spec: Any, action_spec: Any, agent_config: Any,
       gamma=agent_config.gamma,
       target_update_tau=agent_config.target_update_tau,
       reward_scale_factor=agent_config.reward_scale_factor,
-      config=RebracConfig(), seed=agent_config.seed,
+      config=method_config or RebracConfig(), seed=agent_config.seed,
       critic_dtype=agent_config.critic_dtype, train_step_counter=train_step)

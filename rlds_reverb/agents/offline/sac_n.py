@@ -45,7 +45,6 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from tf_agents.agents import tf_agent
 
-from rlds_reverb.agents import factory
 from rlds_reverb.agents.offline import ensemble
 from rlds_reverb.agents.offline import offline_agent
 
@@ -292,13 +291,11 @@ class SacNAgent(offline_agent.OfflineAgent):
 
 
 def _make(time_step_spec: Any, action_spec: Any,
-          agent_config: factory.AgentConfig, train_step: Optional[tf.Variable],
-          kind: str, num_critics: int, eta: float, name: str,
+          agent_config: Any, train_step: Optional[tf.Variable],
+          num_critics: int, eta: float, name: str,
           actor_init: bool = False) -> SacNAgent:
   if num_critics < 1:
     raise ValueError(f'num_critics must be >= 1, got {num_critics}')
-  # Fields left None get CORL's settings (a no-op on a resolved config).
-  agent_config = factory.resolve(kind, agent_config)
   obs_spec = time_step_spec.observation
   seed = agent_config.seed
 
@@ -339,35 +336,33 @@ def _make(time_step_spec: Any, action_spec: Any,
   return agent
 
 
-def make_sac_n(time_step_spec: Any, action_spec: Any,
-               agent_config: factory.AgentConfig,
+def make_sac_n(time_step_spec: Any, action_spec: Any, agent_config: Any,
                train_step: Optional[tf.Variable] = None,
-               config: Optional[SacNConfig] = None) -> SacNAgent:
+               method_config: Optional[SacNConfig] = None) -> SacNAgent:
   """SAC-N: N critics, no diversity term.
 
   Raises:
     ValueError: `config.eta` is set and not 0 (that is EDAC: make_edac),
       or `config.num_critics` < 1.
   """
-  config = config if config is not None else SacNConfig()
+  config = method_config if method_config is not None else SacNConfig()
   if config.eta:
     raise ValueError(f'SAC-N has no diversity term, got eta={config.eta}; '
                      'build EDAC with make_edac')
   return _make(time_step_spec, action_spec, agent_config, train_step,
-               'sac_n', config.num_critics, 0.0, 'SacNAgent',
+               config.num_critics, 0.0, 'SacNAgent',
                config.edac_actor_init)
 
 
-def make_edac(time_step_spec: Any, action_spec: Any,
-              agent_config: factory.AgentConfig,
+def make_edac(time_step_spec: Any, action_spec: Any, agent_config: Any,
               train_step: Optional[tf.Variable] = None,
-              config: Optional[SacNConfig] = None) -> SacNAgent:
+              method_config: Optional[SacNConfig] = None) -> SacNAgent:
   """EDAC: SAC-N plus the diversity term (eta unset: EDAC_ETA).
 
   Raises:
     ValueError: `config.eta` <= 0, or `config.num_critics` < 2.
   """
-  config = config if config is not None else SacNConfig()
+  config = method_config if method_config is not None else SacNConfig()
   eta = config.eta if config.eta is not None else EDAC_ETA
   if eta <= 0:
     raise ValueError(f'EDAC needs eta > 0, got {eta}; eta 0 is SAC-N '
@@ -376,5 +371,5 @@ def make_edac(time_step_spec: Any, action_spec: Any,
     raise ValueError(f'EDAC needs num_critics >= 2, got '
                      f'{config.num_critics}')
   return _make(time_step_spec, action_spec, agent_config, train_step,
-               'edac', config.num_critics, eta, 'EdacAgent',
+               config.num_critics, eta, 'EdacAgent',
                config.edac_actor_init)
