@@ -243,11 +243,14 @@ def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
 
 def _replay(config: OfflineConfig, specs: envs.EnvSpecs, data_spec: Any,
             reward_env: Any) -> Any:
-  """The offline data's replay variant (memory feed)."""
+  """The offline data's replay variant."""
   settings = variants.Settings(
       table=config.table, data_spec=data_spec, batch_size=config.batch_size,
       capacity=1, max_episodes=offline_data.UNBOUNDED_TABLE_SIZE, grow=True,
       n_step=config.n_step, gamma=config.agent_config.gamma)
+  if config.feed == 'stream':
+    return variants.StreamReplay(
+        settings, config.per_settings if config.prioritized else None)
   if config.her_config is not None:
     return variants.HindsightReplay(settings, config.her_config, reward_env,
                                     normalize=config.her_normalize)
@@ -353,21 +356,13 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
   if config.reverb_address:
     client, link, external = _connect(config, specs)
     data_spec = external.data_spec
-  replay = (_replay(config, specs, data_spec, reward_env)
-            if config.feed == 'memory' else None)
+  replay = _replay(config, specs, data_spec, reward_env)
   finetune_replay = (_finetune_replay(config, specs)
                      if config.online_finetune_steps else None)
-  local_tables = []
-  if not config.reverb_address:
-    local_tables += (replay.tables() if replay is not None else [
-        tables.make_table(
-            config.table, data_spec,
-            max_size=offline_data.UNBOUNDED_TABLE_SIZE,
-            sampler='prioritized' if config.prioritized else 'uniform',
-            alpha=config.per_settings.alpha, min_size_to_sample=1)])
+  local_tables = [] if config.reverb_address else replay.tables()
   online_server, online_client = None, None
   try:
-    if link is not None and config.feed == 'stream':
+    if link is not None and replay.samples_from_reverb:
       # Sampling blocks inside Reverb's C++ when the server dies.
       watch = sampling.ServerWatch(link, client, on_lost=on_server_lost)
       watch.__enter__()
@@ -392,15 +387,11 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
             if link else
             _fill_table(config, rlds_data, data_spec, client, address,
                         show_progress))
-    if config.prioritized and config.feed == 'stream':
-      per.check_prioritized(client, config.table)
     agent = registry.make_agent(config.agent, specs.time_step_spec,
                                 specs.action_spec, config.agent_config,
                                 method_config=method_config)
-    max_priority = per.MaxPriority()
-    extra = (replay.checkpoint_state() if replay is not None else
-             {'max_priority': max_priority.variable})
-    learner = loop.Learner(agent, config.root_dir, **extra)
+    learner = loop.Learner(agent, config.root_dir,
+                           **replay.checkpoint_state())
     goal = config.her_config is not None
     how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}, '
            if goal else '')
@@ -408,15 +399,13 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
     metric = 'success_rate' if goal else 'average_return'
     learner.set_curve(x='train_step', title=title, y=metric)
     learner.restore()
-    load_seconds = None
-    if replay is not None:
-      t0 = time.perf_counter()
-      with tqdm.tqdm(desc=f'load {config.table}', unit='step',
-                     disable=not show_progress) as bar:
-        replay.start(client, progress=bar.update)
-      load_seconds = time.perf_counter() - t0
-    mean, std = _observation_stats(
-        config, replay.memory if replay is not None else None, data)
+    t0 = time.perf_counter()
+    with tqdm.tqdm(desc=f'load {config.table}', unit='step',
+                   disable=not show_progress or replay.samples_from_reverb
+                   ) as bar:
+      replay.start(client, progress=bar.update)
+    load_seconds = time.perf_counter() - t0
+    mean, std = _observation_stats(config, replay.memory, data)
     if config.scales_rewards:  # On top of a reward_scale_factor given.
       returns = offline_data.episode_returns(replay.memory)
       agent.reward_scale.assign(config.agent_config.reward_scale_factor *
@@ -426,24 +415,18 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
         # Returns-to-go in the units of the agent's (scaled) rewards.
         variant.reward_scale = float(agent.reward_scale.numpy())
     normalize = offline_data.normalizer(mean, std)
-    if replay is not None:
-      source = replay.feed(transform=normalize)
-      train_step = replay.train_step(agent)
-    else:
-      source, train_step = _stream(config, data, agent, normalize,
-                                   max_priority)
+    source = replay.feed(transform=normalize)
+    train_step = replay.train_step(agent)
     if train_step is not None:
       learner.set_train_step(train_step)
-    write_back = (lambda: replay.write_back(client)) if replay else (
-        lambda: None)
-    if replay is not None and link is not None:
+    write_back = lambda: replay.write_back(client)
+    if replay.writes_back and link is not None:
       write_back = lambda: _write_back(replay, client, link)
     this_run = run.Run(
         learner, config.agent, specs, config.root_dir,
         clients=[c for c in (local_client, online_client) if c is not None],
         write_back=write_back,
-        view=replay.actor_view() if replay else None,
-        refresh_view=replay.refresh_actor_view if replay else (lambda: None),
+        view=replay.actor_view(), refresh_view=replay.refresh_actor_view,
         normalizer=getattr(replay, 'normalizer', None),
         dataset=config.dataset, seed=config.seed)
     this_run.policy.obs_mean, this_run.policy.obs_std = mean, std
@@ -452,7 +435,7 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                'replay': config.replay, 'feed': config.feed,
                'table_size': data.table_size,
                'batch_size': config.batch_size}
-    if replay is not None:
+    if replay.memory is not None:
       summary.update(transitions=int(replay.memory.num_transitions),
                      load_seconds=round(load_seconds, 2),
                      memory_bytes=replay.memory.bytes)
@@ -582,20 +565,6 @@ def _fill_table(config: OfflineConfig, rlds_data: tf.data.Dataset | None,
                                             config.table, progress=bar.update)
   tables.checkpoint(client)
   return data
-
-
-def _stream(config: OfflineConfig, data: offline_data.TableData, agent: Any,
-            normalize, max_priority: per.MaxPriority) -> tuple[Any, Any]:
-  """Batches sampled item by item from Reverb, and their train step."""
-  if config.prioritized:
-    batches = offline_data.sample_batches(
-        data, config.batch_size, with_info=True).map(
-            lambda batch, info: (normalize(batch), info))
-    return iter(batches), per.PrioritizedTrainStep(
-        agent, per.PriorityUpdater(data.address, data.table),
-        config.per_settings, max_priority)
-  return iter(offline_data.sample_batches(data, config.batch_size).map(
-      normalize)), None
 
 
 def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,

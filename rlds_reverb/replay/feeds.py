@@ -181,7 +181,11 @@ class PrioritizedFeed:
     self.max_priority.observe(priorities)
 
   def train_step(self, agent: Any) -> Callable[[Any], tf.Tensor]:
-    return PrioritizedTrainStep(agent, self)
+    """Importance weights in, TD-error priorities into the sum tree out."""
+    return per.PrioritizedTrainStep(
+        agent, self.config, self.max_priority,
+        lambda info, priorities: self.update(info.rows, priorities),
+        lambda info: info.num_transitions)
 
   # ------------------------------------------- the store keeps priorities
 
@@ -199,20 +203,6 @@ class PrioritizedFeed:
     if len(rows):
       self.tree.set(rows, self._leaf(priorities))
       self.max_priority.observe(tf.constant(priorities))
-
-
-class PrioritizedTrainStep:
-  """Importance weights in, TD-error priorities out, in the train graph."""
-
-  def __init__(self, agent: Any, feed: PrioritizedFeed):
-    self.agent, self.feed = agent, feed
-
-  def __call__(self, batch: tuple[Any, SampleInfo]) -> tf.Tensor:
-    experience, info = batch
-    return per.weighted_train_step(
-        self.agent, experience, info.probability, info.num_transitions,
-        self.feed.config, lambda p: self.feed.update(info.rows, p),
-        self.feed.max_priority.variable)
 
 
 def _check(batch_size: int, n_step: int, gamma: float) -> None:

@@ -196,28 +196,43 @@ class PriorityUpdater:
 
 
 class PrioritizedTrainStep:
-  """One learner step with PER: weights in, priorities and max priority out.
+  """One learner step with PER, whichever sampler drew the batch: weights
+  in, priorities and max priority out.
 
-  Called with a batch `(experience, SampleInfo)` from `dataset`, inside the
-  learner's `tf.function`; returns the total loss. Writes beta, the maximum
-  and mean priority and the mean weight as TensorBoard scalars (`per/...`)
-  when a summary writer is active.
+  Called with a batch `(experience, info)` inside the learner's
+  `tf.function`; returns the total loss. `update(info, priorities)` sends
+  the new priorities where the sampler keeps them (a Reverb table:
+  `for_reverb`; the in-memory sum tree: `feeds.PrioritizedFeed.train_step`)
+  and `table_size(info)` is the N of (N * P(i))^-beta. Writes beta, the
+  maximum and mean priority and the mean weight as TensorBoard scalars
+  (`per/...`) when a summary writer is active.
   """
 
-  def __init__(self, agent: Any, updater: PriorityUpdater, config: PerConfig,
-               max_priority: MaxPriority):
-    self.agent, self.updater = agent, updater
-    self.config, self.max_priority = config, max_priority
+  def __init__(self, agent: Any, config: PerConfig, max_priority: MaxPriority,
+               update: Callable[[Any, tf.Tensor], None],
+               table_size: Callable[[Any], tf.Tensor]):
+    self.agent, self.config, self.max_priority = agent, config, max_priority
+    self._update, self._table_size = update, table_size
 
-  def __call__(self, batch: tuple[Any, reverb.SampleInfo]) -> tf.Tensor:
+  @classmethod
+  def for_reverb(cls, agent: Any, updater: PriorityUpdater,
+                 config: PerConfig,
+                 max_priority: MaxPriority) -> 'PrioritizedTrainStep':
+    """For batches `(experience, reverb.SampleInfo)` of `dataset`: the
+    priorities go to the sampled keys of the table `updater` names."""
+    return cls(agent, config, max_priority,
+               lambda info, priorities: updater.update(info.key, priorities),
+               lambda info: info.table_size)
+
+  def __call__(self, batch: tuple[Any, Any]) -> tf.Tensor:
     experience, info = batch
 
     def update(priorities):
-      self.updater.update(info.key, priorities)
+      self._update(info, priorities)
       self.max_priority.observe(priorities)
 
     return weighted_train_step(self.agent, experience, info.probability,
-                               info.table_size, self.config, update,
+                               self._table_size(info), self.config, update,
                                self.max_priority.variable)
 
 

@@ -11,6 +11,9 @@ read at `start`) and online data (new episodes at each `poll`) alike.
   prioritized  a sum tree in TF ops; priorities kept in the store
   hindsight    goals relabelled at sample time; observation/goal normaliser
   return_to_go uniform, with each transition's Monte-Carlo return (Cal-QL)
+  stream       2-step items sampled from Reverb for every batch (uniform or
+               Reverb's own prioritized sampler): a table too big for the
+               learner's memory
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from rlds_reverb.replay import feeds
 from rlds_reverb.replay import follow
 from rlds_reverb.replay import hindsight
 from rlds_reverb.replay import memory as memory_lib
+from rlds_reverb.replay import sampling
 
 # Restoring priorities reads one item of a table's size: more than a ping.
 _PRIORITY_TIMEOUT_S = 60.0
@@ -68,6 +72,10 @@ class UniformReplay:
   """An episode table, a memory of its transitions, a uniform feed."""
 
   kind = 'uniform'
+  # Its batches come from a memory in this process (not drawn from Reverb
+  # per batch), and the store keeps what `write_back` writes.
+  samples_from_reverb = False
+  writes_back = True
 
   def __init__(self, settings: Settings):
     # Agents compute in float32: floats are stored so (D4RL v1 is float64).
@@ -311,3 +319,94 @@ class HindsightReplay(UniformReplay):
 
   def refresh_actor_view(self) -> None:
     self._flatten.refresh()
+
+
+class StreamReplay:
+  """2-step items sampled from a Reverb table for every batch, uniformly or
+  by Reverb's prioritized sampler (priorities updated in the train graph):
+  for a table too big for the learner's memory. Nothing is read at start
+  and nothing written back: the table keeps the priorities itself."""
+
+  kind = 'stream'
+  samples_from_reverb = True
+  writes_back = False
+  memory = None
+  normalizer = None
+
+  def __init__(self, settings: Settings,
+               per_config: Optional[per.PerConfig] = None):
+    """`settings.max_episodes` is the table's size in items here;
+    `per_config`: prioritized (Reverb's sampler, alpha from it)."""
+    self.settings, self.config = settings, per_config
+    self.max_priority = per.MaxPriority()
+    self._address: Optional[str] = None
+    self._feed = None
+
+  @property
+  def prioritized(self) -> bool:
+    return self.config is not None
+
+  def tables(self) -> list[reverb.Table]:
+    return [tables.make_table(
+        self.settings.table, self.settings.data_spec,
+        max_size=self.settings.max_episodes,
+        sampler='prioritized' if self.prioritized else 'uniform',
+        alpha=self.config.alpha if self.prioritized else per.DEFAULT_ALPHA,
+        min_size_to_sample=1)]
+
+  def writer_kwargs(self) -> dict:
+    return {'sequence_length': 2}
+
+  def checkpoint_state(self) -> dict[str, Any]:
+    return {'max_priority': self.max_priority.variable}
+
+  def write_back(self, client: reverb.Client) -> None:
+    del client
+
+  def start(self, client: reverb.Client, *,
+            progress: Optional[Callable[[int], None]] = None) -> int:
+    """Checks the table (a prioritized one for prioritized replay)."""
+    del progress
+    self._address = client.server_address
+    if self.prioritized:
+      per.check_prioritized(client, self.settings.table)
+    return 0
+
+  def poll(self) -> int:
+    return 0
+
+  @property
+  def ready(self) -> bool:
+    return self._address is not None
+
+  def _batches(self, with_info: bool) -> tf.data.Dataset:
+    return sampling.transition_dataset(
+        self._address, self.settings.table, self.settings.data_spec,
+        self.settings.batch_size, dtypes_to=tf.float32, with_info=with_info)
+
+  def feed(self, transform: Optional[Callable[[Any], Any]] = None,
+           batch_size: Optional[int] = None) -> Any:
+    """An iterator of batches (with their SampleInfo when prioritized)."""
+    del batch_size
+    if self._feed is None:
+      transform = transform or (lambda batch: batch)
+      if self.prioritized:
+        batches = self._batches(True).map(
+            lambda batch, info: (transform(batch), info))
+      else:
+        batches = self._batches(False).map(transform)
+      self._feed = iter(batches)
+    return self._feed
+
+  def train_step(self, agent: Any) -> Optional[Callable[[Any], tf.Tensor]]:
+    if not self.prioritized:
+      return None
+    return per.PrioritizedTrainStep.for_reverb(
+        agent, per.PriorityUpdater(self._address, self.settings.table),
+        self.config, self.max_priority)
+
+  def actor_view(self) -> None:
+    return None
+
+  def refresh_actor_view(self) -> None:
+    pass
