@@ -6,12 +6,17 @@ publishes at its start), then runs K actor processes side by side, each for
 `--steps_per_actor` env steps with those weights (no random warm-up), with
 no learner reading: `--max_unread_episodes` is set high enough that the
 balance never holds an actor back, so the figure is collection alone.
-Reference in the same run: K=1. Prints one JSON line (and appends it to
-`--out`): per K the total env steps/s (all actors' steps over the wall time of
-the slowest) and the speed-up over K=1.
+Each count runs once per `--policy_refresh_steps` value (how often each
+actor fetches the newest weights from the weights table), so the cost of
+fresher weights is measured beside the old default. Reference in the same
+run: the first count at the first refresh interval. Prints one JSON line
+(and appends it to `--out`): per (K, refresh interval) the total env steps/s
+(all actors' steps over the acting time of the slowest) and the speed-up
+over the reference.
 
   python bench/actors.py [--env HalfCheetah-v5] [--agent sac] [--actors 1,2,4]
                          [--steps_per_actor 20000]
+                         [--policy_refresh_steps 1000,10]
 
 On a machine with C cores, expect the speed-up to stop near C (each actor
 process steps its envs and its numpy policy on one core).
@@ -71,18 +76,19 @@ def publish_initial_weights(env: str, agent: str, address: str) -> None:
   variables.publish(tables.connect(address), policy, 0)
 
 
-def run_actors(count: int, args: argparse.Namespace, address: str,
-               work_dir: pathlib.Path) -> dict:
+def run_actors(count: int, refresh: int, args: argparse.Namespace,
+               address: str, work_dir: pathlib.Path) -> dict:
   procs = []
   start = time.monotonic()
   for i in range(count):
     procs.append(subprocess.Popen(
         [sys.executable, '-m', 'pipelines.act', '--reverb_address', address,
          '--env', args.env, '--agent', args.agent, '--run_dir',
-         str(work_dir / f'k{count}'), '--seed', str(100 * count + i),
-         '--initial_random_steps', '0', '--max_env_steps',
-         str(args.steps_per_actor), '--max_unread_episodes', '1000000',
-         '--noprogress'], cwd=REPO, stdout=subprocess.PIPE,
+         str(work_dir / f'k{count}_r{refresh}'), '--seed',
+         str(100 * count + i), '--initial_random_steps', '0',
+         '--max_env_steps', str(args.steps_per_actor),
+         '--max_unread_episodes', '1000000', '--policy_refresh_steps',
+         str(refresh), '--noprogress'], cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True))
   summaries = []
   try:
@@ -99,7 +105,8 @@ def run_actors(count: int, args: argparse.Namespace, address: str,
   steps = sum(s['env_steps'] for s in summaries)
   # Each actor's own acting time leaves out its TensorFlow import.
   acting_s = max(s['seconds'] for s in summaries)
-  return {'actors': count, 'env_steps': steps,
+  return {'actors': count, 'policy_refresh_steps': refresh,
+          'env_steps': steps,
           'episodes_written': sum(s['episodes_written'] for s in summaries),
           'acting_seconds': round(acting_s, 2),
           'wall_seconds_with_startup': round(wall, 2),
@@ -121,6 +128,9 @@ def main() -> None:
                       'reference')
   parser.add_argument('--steps_per_actor', type=int, default=20_000,
                       help='env steps each actor takes')
+  parser.add_argument('--policy_refresh_steps', default='1000,10',
+                      help='comma-separated refresh intervals (env steps '
+                      'between weight fetches); the first is the reference')
   parser.add_argument('--timeout_s', type=float, default=600,
                       help='give up on an actor after this many seconds')
   parser.add_argument('--out', default=str(
@@ -137,7 +147,9 @@ def main() -> None:
   server = start_server(args.env, port, work_dir / 'serve.log')
   try:
     publish_initial_weights(args.env, args.agent, address)
-    rows = [run_actors(count, args, address, work_dir) for count in counts]
+    refreshes = [int(r) for r in args.policy_refresh_steps.split(',')]
+    rows = [run_actors(count, refresh, args, address, work_dir)
+            for refresh in refreshes for count in counts]
   finally:
     server.send_signal(signal.SIGTERM)
     try:

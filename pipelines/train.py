@@ -76,12 +76,7 @@ from rlds_reverb.replay import per
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
-from rlds_reverb.agents.offline import awac  # pylint: disable=unused-import (gin)
-from rlds_reverb.agents.offline import cal_ql  # pylint: disable=unused-import
-from rlds_reverb.agents.offline import iql  # pylint: disable=unused-import
 from rlds_reverb.experiments import offline
-from rlds_reverb.agents.offline import rebrac  # pylint: disable=unused-import
-from rlds_reverb.agents.offline import sac_n  # pylint: disable=unused-import
 from rlds_reverb.experiments import online
 from rlds_reverb.experiments import onpolicy
 from rlds_reverb.agents.onpolicy import ppo
@@ -294,7 +289,6 @@ _RECONNECT_TIMEOUT = flags.DEFINE_float(
     'lost server.', lower_bound=1.0)
 
 
-# dqn's own defaults (RL Zoo's CartPole-v1 DQN) for flags left unset.
 # Online HER's defaults (goal envs like FetchReach: 50-step episodes).
 _HER_DEFAULTS = {'steps': 10_000, 'initial_collect_steps': 1000,
                  'train_every': 100, 'eval_interval': 500,
@@ -499,7 +493,6 @@ _OFF_POLICY_FLAGS = (
     _HER, _REPLAY, _FINETUNE, _BATCH_SIZE, _UTD, _TRAIN_EVERY,
     _INITIAL_COLLECT, _REPLAY_SIZE, _SNAPSHOT_INTERVAL, _FEED, _N_STEP,
     _NUM_ACTORS, _EXPLORATION_NOISE, _RANDOM_ACTIONS)
-# On-policy defaults of flags left unset: (agent, discrete actions) -> ...
 
 
 def _onpolicy_config() -> onpolicy.OnPolicyConfig:

@@ -157,3 +157,16 @@ def test_online_runs(agent, tmp_path):
                                       show_progress=False)
   assert summary['env_steps'] >= 300
   assert os.path.exists(os.path.join(root_dir, 'eval.jsonl'))
+
+
+def test_make_agent_refuses_a_method_config_of_another_kind():
+  from rlds_reverb.acting import envs  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents.offline import iql  # pylint: disable=g-import-not-at-top
+  specs = envs.env_specs('HalfCheetah-v5')
+  with pytest.raises(ValueError, match="'awac' takes method_config "
+                     'AwacConfig, got IqlConfig'):
+    registry.make_agent('awac', specs.time_step_spec, specs.action_spec,
+                        method_config=iql.IqlConfig())
+  with pytest.raises(ValueError, match="'td3_bc' takes method_config none"):
+    registry.make_agent('td3_bc', specs.time_step_spec, specs.action_spec,
+                        method_config=iql.IqlConfig())

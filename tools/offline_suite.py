@@ -180,12 +180,6 @@ def main() -> None:
   # kill -INT) must still stop it, at worst losing the steps since the last
   # checkpoint.
   signal.signal(signal.SIGINT, signal.default_int_handler)
-  # pylint: disable=g-import-not-at-top,unused-import (gin registration)
-  from rlds_reverb.agents.offline import rebrac
-  from rlds_reverb.agents.offline import sac_n
-  from rlds_reverb.agents.offline import iql
-  from rlds_reverb.agents.offline import awac
-  from rlds_reverb.agents.offline import cal_ql
   gin.parse_config_files_and_bindings(args.gin_file, [])
   seeds = [int(s) for s in args.seeds.split(',')]
   behaviour, episodes, transitions = behaviour_return(args.dataset)

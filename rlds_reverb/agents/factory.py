@@ -49,7 +49,7 @@ def _with_td_error(extra: Any, td_error: tf.Tensor) -> Any:
 @gin.configurable
 @dataclasses.dataclass
 class AgentConfig:
-  """Hyper-parameters of `make_agent`; None means the agent's published default.
+  """Hyper-parameters of `registry.make_agent`; None: the published value.
 
   Bind any field from a gin file or `--gin_bindings` as `AgentConfig.<field>`
   (see configs/).

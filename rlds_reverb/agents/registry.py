@@ -13,8 +13,9 @@ looks agents up by name; experiments and pipelines ask a record.
                                 factory.AgentConfig(seed=0))
 
 Imports point one way: this module imports the agents' modules, which know
-nothing of it; a method's own settings (`IqlConfig`, `RebracConfig`, ...)
-are passed to `make_agent`, never read here from gin.
+nothing of it. A method's own settings (`IqlConfig`, `RebracConfig`, ...)
+are passed to `make_agent`; only when none is passed is its dataclass made
+here (with whatever gin binds to it).
 """
 
 from __future__ import annotations
@@ -125,9 +126,11 @@ class AgentRecord:
     words = _MODE_WORDS[mode] + (' with HER' if her else '')
     modes = self.her_modes if her else self.modes
     its = (', '.join(_MODE_WORDS[m] for m in modes) if modes else 'nothing')
+    how = (' with online_finetune_steps' if mode == ONLINE and
+           self.trains(FINETUNE) else '')
     raise ValueError(
-        f'agent {self.name!r} does not train {words} (it trains: {its}); '
-        f'agents that do: {", ".join(names(mode, her=her)) or "none"}')
+        f'agent {self.name!r} does not train {words} (it trains: {its}'
+        f'{how}); agents that do: {", ".join(names(mode, her=her)) or "none"}')
 
 
 _RECORDS = (
@@ -276,7 +279,8 @@ def make_agent(name: str, time_step_spec: Any, action_spec: Any,
 
   Raises:
     ValueError: unknown `name`, an on-policy one; a critic_dtype other than
-      float32 for an agent without ensemble critics, or an unknown one.
+      float32 for an agent without ensemble critics, or an unknown one; a
+      method_config for an agent without one, or of another class.
   """
   record = get(name)
   if record.make is None:
@@ -292,6 +296,13 @@ def make_agent(name: str, time_step_spec: Any, action_spec: Any,
   ensemble.warn_if_emulated(config.critic_dtype)
   train_step = (train_step if train_step is not None
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
+  if method_config is not None and (
+      record.method_config is None or
+      not isinstance(method_config, record.method_config)):
+    wanted = (record.method_config.__name__ if record.method_config
+              else 'none')
+    raise ValueError(f'agent {name!r} takes method_config {wanted}, got '
+                     f'{type(method_config).__name__}')
   if record.method_config is not None and method_config is None:
     method_config = record.method_config()
   kwargs = {} if record.method_config is None else {

@@ -1,9 +1,9 @@
 """Offline training from a Reverb table, and offline-to-online fine-tuning.
 
 `train_offline` pushes a dataset into an episode table (or reads an existing
-table), reads it once into the learner's memory and trains BC, TD3+BC or
-CQL-SAC (or, on goal data with `her_config`, TD3 / TD3+BC / SAC with
-hindsight relabelling) from batches drawn in-graph; it evaluates in the real
+table), reads it once into the learner's memory and trains any agent whose
+registry record trains offline (on goal data with `her_config`, one that
+does so with hindsight relabelling) from batches drawn in-graph; it evaluates in the real
 environment every `eval_interval` gradient steps (average return and D4RL
 normalised score, or success rate). With `online_finetune_steps` it goes on
 online: a second episode table takes fresh episodes and every batch is half
@@ -211,9 +211,11 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')
   if config.prioritized and not agent.td_errors:
+    with_td_errors = [name for name in registry.names(registry.OFFLINE)
+                      if registry.get(name).td_errors]
     raise ValueError(f'{config.agent} has no TD error to prioritize by; use '
-                     'an agent that has one (td3_bc, cql_sac, ...) with '
-                     'prioritized replay')
+                     f'one of {", ".join(with_td_errors)} with prioritized '
+                     'replay')
   if config.prioritized and config.online_finetune_steps:
     raise ValueError('prioritized replay covers the offline phase only; '
                      'fine-tuning samples both tables uniformly: drop '
@@ -387,6 +389,8 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
             if link else
             _fill_table(config, rlds_data, data_spec, client, address,
                         show_progress))
+    # Before anything is written: a table that cannot serve this replay.
+    replay.check(client)
     agent = registry.make_agent(config.agent, specs.time_step_spec,
                                 specs.action_spec, config.agent_config,
                                 method_config=method_config)
@@ -628,7 +632,3 @@ def _finetune(config: OfflineConfig, specs: envs.EnvSpecs, this_run: run.Run,
   return {'finetune_env_steps': int(learner.env_steps.numpy()),
           'finetuned_return': record['average_return'],
           'finetuned_normalized_score': record['normalized_score']}
-
-
-def summary_line(summary: dict) -> str:
-  return json.dumps(summary)

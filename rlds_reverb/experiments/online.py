@@ -123,7 +123,8 @@ def _check(config: OnlineConfig) -> None:
       raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
   if config.initial_collect_steps < 0 or config.utd <= 0:
     raise ValueError('initial_collect_steps must be >= 0 and utd > 0')
-  registry.get(config.agent).check_mode(registry.ONLINE)
+  registry.get(config.agent).check_mode(
+      registry.ONLINE, her=config.her_config is not None)
   if config.replay not in per.REPLAYS:
     raise ValueError(f'replay must be one of {", ".join(per.REPLAYS)}, got '
                      f'{config.replay!r}')

@@ -201,9 +201,10 @@ class PrioritizedTrainStep:
 
   Called with a batch `(experience, info)` inside the learner's
   `tf.function`; returns the total loss. `update(info, priorities)` sends
-  the new priorities where the sampler keeps them (a Reverb table:
-  `for_reverb`; the in-memory sum tree: `feeds.PrioritizedFeed.train_step`)
-  and `table_size(info)` is the N of (N * P(i))^-beta. Writes beta, the
+  the new priorities where the sampler keeps them, and raises the running
+  maximum (a Reverb table: `for_reverb`; the in-memory sum tree:
+  `feeds.PrioritizedFeed.train_step`), and `table_size(info)` is the N of
+  (N * P(i))^-beta. Writes beta, the
   maximum and mean priority and the mean weight as TensorBoard scalars
   (`per/...`) when a summary writer is active.
   """
@@ -220,20 +221,19 @@ class PrioritizedTrainStep:
                  max_priority: MaxPriority) -> 'PrioritizedTrainStep':
     """For batches `(experience, reverb.SampleInfo)` of `dataset`: the
     priorities go to the sampled keys of the table `updater` names."""
-    return cls(agent, config, max_priority,
-               lambda info, priorities: updater.update(info.key, priorities),
+    def update(info, priorities):
+      updater.update(info.key, priorities)
+      max_priority.observe(priorities)
+
+    return cls(agent, config, max_priority, update,
                lambda info: info.table_size)
 
   def __call__(self, batch: tuple[Any, Any]) -> tf.Tensor:
     experience, info = batch
-
-    def update(priorities):
-      self._update(info, priorities)
-      self.max_priority.observe(priorities)
-
-    return weighted_train_step(self.agent, experience, info.probability,
-                               self._table_size(info), self.config, update,
-                               self.max_priority.variable)
+    return weighted_train_step(
+        self.agent, experience, info.probability, self._table_size(info),
+        self.config, lambda priorities: self._update(info, priorities),
+        self.max_priority.variable)
 
 
 def weighted_train_step(agent: Any, experience: Any, probability: tf.Tensor,
@@ -261,7 +261,8 @@ def weighted_train_step(agent: Any, experience: Any, probability: tf.Tensor,
 
 def dataset(server_address: str, table: str, data_spec: Any,
             batch_size: int, **kwargs: Any) -> tf.data.Dataset:
-  """Batches of `(experience, SampleInfo)` for `PrioritizedTrainStep`.
+  """Batches of `(experience, SampleInfo)` for
+  `PrioritizedTrainStep.for_reverb`.
 
   Keyword arguments are those of `sampling.transition_dataset`.
   """

@@ -100,6 +100,11 @@ class UniformReplay:
     """Keyword arguments of `acting.collect.Collector` for this table."""
     return dict(WRITER_KWARGS)
 
+  def check(self, client: reverb.Client) -> None:
+    """Raises ValueError when the table cannot serve this replay; called
+    before the learner writes anything."""
+    del client
+
   def checkpoint_state(self) -> dict[str, Any]:
     """Trackables that go into the learner's checkpoint."""
     return {}
@@ -363,13 +368,16 @@ class StreamReplay:
   def write_back(self, client: reverb.Client) -> None:
     del client
 
-  def start(self, client: reverb.Client, *,
-            progress: Optional[Callable[[int], None]] = None) -> int:
-    """Checks the table (a prioritized one for prioritized replay)."""
-    del progress
-    self._address = client.server_address
+  def check(self, client: reverb.Client) -> None:
+    """Prioritized replay needs a table that samples by priority."""
     if self.prioritized:
       per.check_prioritized(client, self.settings.table)
+
+  def start(self, client: reverb.Client, *,
+            progress: Optional[Callable[[int], None]] = None) -> int:
+    """Nothing to read: batches are drawn from the table as trained."""
+    del progress
+    self._address = client.server_address
     return 0
 
   def poll(self) -> int:

@@ -20,7 +20,7 @@ with a state-dependent std (`TanhNormalProjectionNetwork`, the SAC actor,
 so the numpy export's 'tanh_normal' head serves it), where CORL's is an
 unsquashed Gaussian with a state-independent std whose samples are clipped
 to the bounds; the greedy action is tanh(mean) here, the clipped mean
-there. Layer widths come from `agents.AgentConfig` (3x256 by default, as
+there. Layer widths come from `factory.AgentConfig` (3x256 by default, as
 CORL's AWAC networks). Data actions are
 pulled just inside the bounds before their log-likelihood is taken. PER
 importance weights, when given, weight the critic loss.
@@ -44,7 +44,7 @@ from rlds_reverb.agents.offline import offline_agent
 @dataclasses.dataclass
 class AwacConfig:
   """AWAC's own settings (CORL's D4RL values); the shared ones (rates,
-  layers, gamma, tau, seed) come from `agents.AgentConfig`."""
+  layers, gamma, tau, seed) come from `factory.AgentConfig`."""
   awac_lambda: float = 1.0 / 3.0
   """Temperature lambda of the weights exp(A / lambda): small follows Q,
   large clones the data (CORL's D4RL configs: 0.3333)."""
@@ -133,7 +133,7 @@ class AwacAgent(offline_agent.OfflineAgent):
 def make_awac(time_step_spec: Any, action_spec: Any, agent_config: Any,
               train_step: Optional[tf.Variable] = None,
               method_config: Optional[AwacConfig] = None) -> AwacAgent:
-  """Builds an `AwacAgent` from an `agents.AgentConfig` whose rates, layers,
+  """Builds an `AwacAgent` from an `factory.AgentConfig` whose rates, layers,
   gamma, tau and seed are resolved (`registry.make_agent` resolves it);
   `method_config` defaults to `AwacConfig()`."""
   config = method_config if method_config is not None else AwacConfig()

@@ -216,7 +216,7 @@ class CalQlAgent(offline_agent.OfflineAgent):
 def make_cal_ql(time_step_spec: Any, action_spec: Any, agent_config: Any,
                 train_step: tf.Variable,
                 method_config: CalQlConfig | None = None) -> CalQlAgent:
-  return CalQlAgent(
+  agent = CalQlAgent(
       time_step_spec, action_spec, actor_layers=agent_config.actor_layers,
       critic_layers=agent_config.critic_layers,
       actor_learning_rate=agent_config.actor_learning_rate,
@@ -227,4 +227,6 @@ def make_cal_ql(time_step_spec: Any, action_spec: Any, agent_config: Any,
       reward_scale_factor=agent_config.reward_scale_factor,
       config=method_config or CalQlConfig(), seed=agent_config.seed,
       critic_dtype=agent_config.critic_dtype, train_step_counter=train_step)
+  agent.initialize()
+  return agent
 

@@ -66,7 +66,7 @@ class PeriodicCosine(tf.keras.optimizers.schedules.LearningRateSchedule):
 @dataclasses.dataclass
 class IqlConfig:
   """IQL's own settings (CORL's D4RL MuJoCo values); the shared ones (rates,
-  layers, gamma, tau, seed) come from `agents.AgentConfig`."""
+  layers, gamma, tau, seed) come from `factory.AgentConfig`."""
   expectile: float = 0.7
   """Expectile of V's regression on target Q (CORL's iql_tau): above 0.5, V
   tracks the upper part of Q over the data actions."""
@@ -174,7 +174,7 @@ class IqlAgent(offline_agent.OfflineAgent):
 def make_iql(time_step_spec: Any, action_spec: Any, agent_config: Any,
              train_step: Optional[tf.Variable] = None,
              method_config: Optional[IqlConfig] = None) -> IqlAgent:
-  """Builds an `IqlAgent` from an `agents.AgentConfig` whose rates, layers,
+  """Builds an `IqlAgent` from an `factory.AgentConfig` whose rates, layers,
   gamma, tau and seed are resolved (`registry.make_agent` resolves it);
   `method_config` defaults to `IqlConfig()`."""
   config = method_config if method_config is not None else IqlConfig()

@@ -171,7 +171,7 @@ class RebracAgent(offline_agent.OfflineAgent):
 def make_rebrac(time_step_spec: Any, action_spec: Any, agent_config: Any,
                 train_step: tf.Variable,
                 method_config: RebracConfig | None = None) -> RebracAgent:
-  return RebracAgent(
+  agent = RebracAgent(
       time_step_spec, action_spec, actor_layers=agent_config.actor_layers,
       critic_layers=agent_config.critic_layers,
       actor_learning_rate=agent_config.actor_learning_rate,
@@ -181,3 +181,5 @@ def make_rebrac(time_step_spec: Any, action_spec: Any, agent_config: Any,
       reward_scale_factor=agent_config.reward_scale_factor,
       config=method_config or RebracConfig(), seed=agent_config.seed,
       critic_dtype=agent_config.critic_dtype, train_step_counter=train_step)
+  agent.initialize()
+  return agent

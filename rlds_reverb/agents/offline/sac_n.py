@@ -339,11 +339,12 @@ def _make(time_step_spec: Any, action_spec: Any,
 def make_sac_n(time_step_spec: Any, action_spec: Any, agent_config: Any,
                train_step: Optional[tf.Variable] = None,
                method_config: Optional[SacNConfig] = None) -> SacNAgent:
-  """SAC-N: N critics, no diversity term.
+  """SAC-N: N critics, no diversity term, from a resolved `agent_config`
+  (`registry.make_agent` resolves it).
 
   Raises:
-    ValueError: `config.eta` is set and not 0 (that is EDAC: make_edac),
-      or `config.num_critics` < 1.
+    ValueError: `method_config.eta` is set and not 0 (that is EDAC:
+      make_edac), or `method_config.num_critics` < 1.
   """
   config = method_config if method_config is not None else SacNConfig()
   if config.eta:
@@ -357,10 +358,12 @@ def make_sac_n(time_step_spec: Any, action_spec: Any, agent_config: Any,
 def make_edac(time_step_spec: Any, action_spec: Any, agent_config: Any,
               train_step: Optional[tf.Variable] = None,
               method_config: Optional[SacNConfig] = None) -> SacNAgent:
-  """EDAC: SAC-N plus the diversity term (eta unset: EDAC_ETA).
+  """EDAC: SAC-N plus the diversity term (eta unset: EDAC_ETA), from a
+  resolved `agent_config` (`registry.make_agent` resolves it).
 
   Raises:
-    ValueError: `config.eta` <= 0, or `config.num_critics` < 2.
+    ValueError: `method_config.eta` <= 0, or `method_config.num_critics`
+      < 2.
   """
   config = method_config if method_config is not None else SacNConfig()
   eta = config.eta if config.eta is not None else EDAC_ETA
