@@ -38,6 +38,7 @@ from tf_agents.trajectories import trajectory
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
+from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import feeds
@@ -89,7 +90,7 @@ def main() -> None:
   for kind, dtype in runs:
     name = kind if dtype == 'float32' else f'{kind}@{dtype}'
     run.seed_everything(args.seed)
-    batch_size = registry.get(kind).published.batch_size
+    batch_size = configs.default(configs.OfflineConfig, kind, 'batch_size')
     agent = registry.make_agent(kind, specs.time_step_spec, specs.action_spec,
                               factory.AgentConfig(seed=args.seed,
                                                  critic_dtype=dtype))

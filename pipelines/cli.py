@@ -25,8 +25,10 @@ import atexit
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, List, NoReturn, Optional
 import warnings
@@ -317,3 +319,37 @@ def wait_until_interrupted(
   finally:
     for sig, handler in previous.items():
       signal.signal(sig, handler)
+
+
+class InterruptGuard:
+  """Ctrl-C ends a pipeline even while the main thread is blocked in C++.
+
+  Python runs its SIGINT handler (KeyboardInterrupt) in the main thread,
+  between bytecodes: a main thread waiting inside Reverb's C++ sampler on a
+  dead server never gets there. The C-level handler still writes the signal
+  number to the wakeup fd: a thread reads it and, if the main thread has not
+  reached its KeyboardInterrupt handler (`handled`) `grace_s` later, prints
+  `prog: error: message` and exits 130 itself.
+  """
+
+  def __init__(self, prog: str, message: str, grace_s: float = 5.0):
+    self.handled = False
+    self._line, self._grace_s = f'{prog}: error: {message}', grace_s
+    # A background job inherits SIGINT ignored; Ctrl-C must work anyway.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    self._read, write = socket.socketpair()
+    write.setblocking(False)
+    self._write = write  # Kept open for the process's lifetime.
+    signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=self._watch, name='interrupt guard',
+                     daemon=True).start()
+
+  def _watch(self) -> None:
+    while True:
+      data = self._read.recv(64)
+      if not data:
+        return
+      if signal.SIGINT in data:
+        time.sleep(self._grace_s)
+        if not self.handled:
+          exit_now(self._line, 130, fresh_line=True)

@@ -17,6 +17,7 @@ import pytest
 
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
+from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import offline
 from rlds_reverb.experiments import online
 from rlds_reverb.experiments import onpolicy
@@ -96,7 +97,7 @@ def test_resolve_fills_only_what_is_unset_from_the_published_settings():
   assert resolved.actor_learning_rate == 5e-4  # Given: kept.
   assert resolved.critic_learning_rate == 1e-3  # CORL's.
   assert resolved.critic_layers == (256, 256, 256)
-  assert registry.get('rebrac').published.batch_size == 1024
+  assert configs.default(configs.OfflineConfig, 'rebrac', 'batch_size') == 1024
   assert registry.resolve('sac', factory.AgentConfig()).reward_scale_factor \
       == 0.1
 

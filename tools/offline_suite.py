@@ -57,6 +57,7 @@ from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
+from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import curves
 from rlds_reverb.agents.offline import ensemble
 from rlds_reverb.experiments import loop
@@ -219,21 +220,17 @@ def main() -> None:
   common['push_steps_per_s'] = round(stats.steps / (time.perf_counter() - t0))
 
   def run(agent: str, seed: int, **config) -> dict:
-    return offline.train_offline(offline.OfflineConfig(
-        agent=agent, dataset=args.dataset, env=args.env,
-        reverb_address=address, feed=args.feed,
-        root_dir=os.path.join(args.root, f'{agent}_seed{seed}'),
-        train_steps=args.steps, eval_interval=args.eval_interval,
-        batch_size=registry.get(agent).published.batch_size,
-        checkpoint_interval=args.eval_interval,
-        eval_episodes=args.eval_episodes, seed=seed,
-        agent_config=factory.AgentConfig(
-            cql_bc_steps=args.cql_bc_steps, seed=seed, train_steps=args.steps,
-            critic_dtype=(args.critic_dtype
-                          if registry.get(agent).ensemble_critics
-                          else 'float32')),
-        **config),
-                                 show_progress=args.progress)
+    return offline.train_offline(configs.make(configs.OfflineConfig, agent, {
+        'dataset': args.dataset, 'env': args.env, 'reverb_address': address,
+        'feed': args.feed, 'seed': seed,
+        'root_dir': os.path.join(args.root, f'{agent}_seed{seed}'),
+        'train_steps': args.steps, 'eval_interval': args.eval_interval,
+        'checkpoint_interval': args.eval_interval,
+        'eval_episodes': args.eval_episodes,
+        'agent_config.cql_bc_steps': args.cql_bc_steps,
+        'agent_config.critic_dtype': (
+            args.critic_dtype if registry.get(agent).ensemble_critics
+            else 'float32'), **config}), show_progress=args.progress)
 
   all_curves, styles = {}, {}
   for agent_index, agent in enumerate(args.agents.split(',')):
@@ -260,7 +257,8 @@ def main() -> None:
         'normalized_score_std': round(float(np.std(scores)), 2),
         'normalized_scores': [round(s, 2) for s in scores],
         'corl': CORL[args.dataset_kind].get(agent),
-        'batch_size': registry.get(agent).published.batch_size,
+        'batch_size': configs.default(configs.OfflineConfig, agent,
+                                      'batch_size'),
         'return_mean': round(mean_return, 1),
         'grad_steps_per_s': mean_rate(summaries, 'grad_steps_per_s', 1),
         'sampled_transitions_per_s': mean_rate(

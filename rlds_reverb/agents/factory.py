@@ -30,6 +30,7 @@ from tf_agents.agents.sac import sac_agent
 from tf_agents.agents.td3 import td3_agent
 from tf_agents.utils import common
 
+from rlds_reverb import settings
 from rlds_reverb.agents.offline import offline_agent
 
 # LossInfo.extra types of the critic learners: their own fields plus
@@ -54,18 +55,18 @@ class AgentConfig:
   Bind any field from a gin file or `--gin_bindings` as `AgentConfig.<field>`
   (see configs/).
   """
-  actor_learning_rate: Optional[float] = None
+  actor_learning_rate: Optional[float] = settings.setting(None, lower=0)
   """Adam learning rate of the actor (bc: of the cloning network). None: the
   agent's own, 3e-4 (bc 1e-3)."""
-  critic_learning_rate: Optional[float] = None
+  critic_learning_rate: Optional[float] = settings.setting(None, lower=0)
   """Adam learning rate of the critics (and IQL's value function). None:
   the agent's own, 3e-4 (rebrac 1e-3)."""
-  alpha_learning_rate: Optional[float] = None
+  alpha_learning_rate: Optional[float] = settings.setting(None, lower=0)
   """Adam learning rate of the entropy temperature (sac, cql_sac, sac_n,
   edac, cal_ql). None: the agent's own, 3e-4 (cal_ql 3e-5)."""
-  gamma: float = 0.99
+  gamma: float = settings.setting(0.99, lower=0, upper=1)
   """Discount of the TD targets, applied on top of each step's own discount."""
-  target_update_tau: float = 0.005
+  target_update_tau: float = settings.setting(0.005, lower=0, upper=1)
   """Polyak factor of the soft target-network updates (sac, td3, td3_bc,
   cql_sac)."""
   reward_scale_factor: Optional[float] = None
@@ -77,41 +78,43 @@ class AgentConfig:
   critic_layers: Optional[tuple[int, ...]] = None
   """Hidden layer widths of each critic. None: 3x256 for cql_sac (kumar20),
   rebrac, sac_n, edac and cal_ql (CORL), else 2x256."""
-  train_steps: Optional[int] = None
+  train_steps: Optional[int] = settings.setting(
+      None, flag=settings.NO_FLAG, may_change=True)
   """Length of learning-rate schedules in gradient steps (IQL's cosine
   actor schedule); the pipelines pass the offline phase's --steps. None:
   1M, the published runs' length."""
-  td3_bc_alpha: float = 2.5
+  td3_bc_alpha: float = settings.setting(2.5, lower=0)
   """TD3+BC: weight of the Q term against the BC term (Fujimoto & Gu 2021
   use 2.5)."""
-  cql_alpha: float = 0.1
+  cql_alpha: float = settings.setting(0.1, lower=0)
   """CQL-SAC: fixed weight of the CQL regulariser (kumar20's
   configs/mujoco_medium.gin: 0.1; no Lagrange tuning)."""
-  cql_bc_steps: int = 10_000
+  cql_bc_steps: int = settings.setting(10_000, lower=0)
   """CQL-SAC: the first N gradient steps train the actor by behaviour cloning
   (kumar20: 10k of 1M steps)."""
-  dqn_learning_rate: float = 2.3e-3
+  dqn_learning_rate: float = settings.setting(2.3e-3, lower=0)
   """dqn: Adam learning rate of the Q-network (RL Zoo's CartPole-v1 value)."""
   q_layers: tuple[int, ...] = (256, 256)
   """dqn: hidden layer widths of the Q-network (RL Zoo's CartPole-v1)."""
-  double_dqn: bool = False
+  double_dqn: bool = settings.setting(False, flag='double')
   """dqn: Double DQN targets (the online network picks the next action, the
   target network values it)."""
   dueling: bool = False
   """dqn: dueling Q-network, Q = V + A - mean(A)."""
-  target_update_period: int = 128
+  target_update_period: int = settings.setting(128, lower=1)
   """dqn: gradient steps between copies of the Q-network into the target
   network."""
   gradient_clipping: Optional[float] = 10.0
   """dqn: gradient norm clipping (`DqnAgent`'s gradient_clipping); None:
   off."""
-  critic_dtype: str = 'float32'
+  critic_dtype: str = settings.setting(
+      'float32', choices=('float32', 'bfloat16'), may_change=True)
   """What the hidden layers of the ensemble critics (iql, awac, rebrac,
   sac_n, edac, cal_ql; IQL's value function too) compute in: 'float32', or
   'bfloat16' for their matmuls (weights, LayerNorm and the Q output stay
   float32; `agents.offline.ensemble`). Faster where the hardware has bfloat16
   matmuls (AMX CPUs, GPUs); the published settings are float32."""
-  seed: Optional[int] = None
+  seed: Optional[int] = settings.setting(None, flag=settings.NO_FLAG)
   """Seed of the agent's own random ops (CQL-SAC's sampled actions); None:
   unseeded. The pipelines pass --seed."""
 

@@ -56,8 +56,6 @@ class Published:
   actor_layers: Optional[tuple[int, ...]] = None
   critic_layers: Optional[tuple[int, ...]] = None
   reward_scale_factor: float = 1.0
-  batch_size: int = 256
-  """Transitions per gradient step."""
   train_steps: int = 1_000_000
   """Length of learning-rate schedules: the published runs' length."""
 
@@ -98,21 +96,21 @@ class AgentRecord:
   method_config: Optional[type] = None
   """The dataclass of the method's own settings, passed to `make`."""
   run_defaults: tuple[tuple[str, Any], ...] = ()
-  """(command-line setting, value) pairs where this agent's runs start from
-  other values than the mode's (DQN's RL Zoo CartPole schedule)."""
+  """(run config field path, value) pairs where this agent's runs start
+  from other values than the fields' own (DQN's RL Zoo CartPole schedule,
+  ReBRAC's batches, on-policy checkpoint intervals)."""
   discrete_run_defaults: tuple[tuple[str, Any], ...] = ()
   """The same for envs with discrete actions (on-policy CartPole budgets)."""
   minibatch_epochs: bool = False
   """Several epochs of clipped minibatch updates per rollout (PPO): the
   epochs, minibatches and clipping settings apply to it."""
 
-  def run_default(self, setting: str, value: Any,
-                  discrete: bool = False) -> Any:
-    """This agent's default of a run setting, `value` where it has none."""
+  def run_defaults_for(self, discrete: bool = False) -> dict[str, Any]:
+    """{run config field path: value} of this agent's own defaults."""
     defaults = dict(self.run_defaults)
     if discrete:
       defaults.update(self.discrete_run_defaults)
-    return defaults.get(setting, value)
+    return defaults
 
   def trains(self, mode: str, her: bool = False) -> bool:
     return mode in (self.her_modes if her else self.modes)
@@ -163,7 +161,7 @@ _RECORDS = (
             "RL Zoo's DQN CartPole-v1", None, None, None, _TWO, None),
         make=dqn.make_dqn_agent, head='q_argmax', actions=DISCRETE,
         td_errors=True, run_defaults=(
-            ('steps', 50_000), ('batch_size', 64),
+            ('env_steps', 50_000), ('batch_size', 64),
             ('initial_collect_steps', 1000), ('train_every', 256),
             ('utd', 0.5), ('eval_interval', 1000), ('replay_size', 100_000))),
     AgentRecord(
@@ -180,9 +178,9 @@ _RECORDS = (
         method_config=awac.AwacConfig),
     AgentRecord(
         'rebrac', (OFFLINE, FINETUNE), Published(
-            "CORL's halfcheetah configs", 1e-3, 1e-3, None, _THREE, _THREE,
-            batch_size=1024),
-        make=rebrac.make_rebrac, head='deterministic', td_errors=True,
+            "CORL's halfcheetah configs", 1e-3, 1e-3, None, _THREE, _THREE),
+        run_defaults=(('batch_size', 1024),), make=rebrac.make_rebrac,
+        head='deterministic', td_errors=True,
         ensemble_critics=True, one_step=True,
         method_config=rebrac.RebracConfig),
     AgentRecord(
@@ -205,11 +203,14 @@ _RECORDS = (
         'ppo', (ONPOLICY,), Published(
             'the seed A2C/PPO codebase (PPO, Schulman et al. 2017)'),
         actions=BOTH, minibatch_epochs=True,
-        discrete_run_defaults=(('steps', 100_000), ('eval_interval', 5_000))),
+        run_defaults=(('checkpoint_interval', 50_000),),
+        discrete_run_defaults=(('env_steps', 100_000),
+                               ('eval_interval', 5_000))),
     AgentRecord(
         'a2c', (ONPOLICY,), Published(
             'the seed A2C/PPO codebase (A2C, Mnih et al. 2016)'),
-        actions=BOTH, discrete_run_defaults=(('steps', 500_000),)),
+        actions=BOTH, run_defaults=(('checkpoint_interval', 50_000),),
+        discrete_run_defaults=(('env_steps', 500_000),)),
 )
 RECORDS: dict[str, AgentRecord] = {r.name: r for r in _RECORDS}
 AGENTS = tuple(RECORDS)

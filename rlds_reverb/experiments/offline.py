@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
+from rlds_reverb import settings
 from rlds_reverb.data import convert
 from rlds_reverb.data import datasets
 from rlds_reverb.replay import her
@@ -38,6 +39,7 @@ from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
+from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import offline_data
 from rlds_reverb.experiments import resume
@@ -46,126 +48,22 @@ from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import variants
 
-OFFLINE_TABLE = 'rlds'
+OFFLINE_TABLE = configs.OFFLINE_TABLE
 FINETUNE_TABLE = 'online'
-FEEDS = ('memory', 'stream')
+FEEDS = configs.FEEDS
 NORMALIZATION_FILE = 'observation_stats.npz'
 # Deadline of writing PER priorities back to a remote table (one item).
 _WRITE_BACK_TIMEOUT_S = 60.0
 
 
-@gin.configurable
-@dataclasses.dataclass
-class OfflineConfig:
-  """An offline run; each field is the `pipelines.train` flag of that name
-  (train_steps is --steps)."""
-  agent: str
-  """An agent whose registry record trains offline (with her_config: one
-  that trains offline with HER)."""
-  dataset: str
-  """TFDS name[/config] or local directory of the RLDS data (or a label
-  for the run when reverb_address names the table)."""
-  root_dir: str
-  """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
-  running again resumes from it."""
-  env: str = 'HalfCheetah-v5'
-  """The env the data comes from: shapes are checked against it and the
-  policy is evaluated in it."""
-  split: str = 'train'
-  """TFDS split of the dataset."""
-  data_dir: str | None = None
-  """TFDS data_dir for a dataset given by name."""
-  download: bool = True
-  """Let TFDS download a named dataset that is not prepared yet."""
-  max_episodes: int = 0
-  """Use only the first N episodes; 0: all."""
-  reverb_address: str = ''
-  """Read an existing table at this address instead of pushing the
-  dataset (an episode table with feed 'memory')."""
-  table: str = OFFLINE_TABLE
-  """The offline table's name."""
-  train_steps: int = 300_000
-  """Gradient steps of the offline phase."""
-  batch_size: int = 256
-  """Transitions per gradient step."""
-  eval_interval: int = 10_000
-  """Gradient steps between evaluations."""
-  eval_episodes: int = 10
-  """Episodes per evaluation."""
-  checkpoint_interval: int = 10_000
-  """Gradient steps between checkpoints (and at the end)."""
-  normalize_observations: bool | None = None
-  """Normalise observations with the data's mean and std; None: the
-  agent's record says (on for td3_bc, iql, awac and cal_ql, as Fujimoto &
-  Gu and CORL's configs do)."""
-  normalize_rewards: bool | None = None
-  """Scale rewards by 1000 / (max - min episode return) of the data; None:
-  the agent's record says (on for iql, Kostrikov et al.'s locomotion
-  setting)."""
-  online_finetune_steps: int = 0
-  """Env steps of offline-to-online fine-tuning after the offline phase."""
-  train_every: int = 1000
-  """Fine-tuning: env steps per phase, then as many gradient steps."""
-  exploration_noise: float = 0.1
-  """Fine-tuning: Gaussian action noise of the actor."""
-  replay: str = 'uniform'
-  """uniform or prioritized (proportional PER over the offline data)."""
-  feed: str = 'memory'
-  """'memory': whole episodes read once into the learner's memory and
-  sampled in-graph; 'stream': 2-step items sampled from Reverb for every
-  batch (a remote table too big for the learner's memory)."""
-  n_step: int = 1
-  """Memory feed: n-step returns (1: one-step TD)."""
-  per_config: per.PerConfig | None = None
-  """PER settings; None: defaults, beta annealed over all train_steps."""
-  her_config: her.HerConfig | None = None
-  """Goal-conditioned data: hindsight relabelling (None: off)."""
-  her_normalize: bool = True
-  """HER: running observation/goal normalisation."""
-  reconnect_timeout_s: float = 0.0
-  """reverb_address: seconds to wait for a lost server to come back (then
-  go on, saying what it found); 0: fail within the calls' deadline."""
-  seed: int = 0
-  """Seed of TensorFlow, the evaluation episodes and fine-tuning's actor."""
-  agent_config: factory.AgentConfig = dataclasses.field(
-      default_factory=factory.AgentConfig)
-  """The agent's hyper-parameters."""
-  method_settings: dict = dataclasses.field(default_factory=dict)
-  """Recorded, not set: the gin-bound settings of iql, awac, rebrac,
-  sac_n, edac or cal_ql (`registry.method_settings`), filled in by
-  `train_offline`."""
-
-  @property
-  def prioritized(self) -> bool:
-    return self.replay == 'prioritized'
-
-  @property
-  def per_settings(self) -> per.PerConfig:
-    return self.per_config or per.PerConfig(beta_steps=self.train_steps)
-
-  @property
-  def normalizes(self) -> bool:
-    if self.her_config is not None:
-      return False  # HER normalises with its own running statistics.
-    if self.normalize_observations is None:
-      return registry.get(self.agent).normalizes_observations
-    return self.normalize_observations
-
-  @property
-  def scales_rewards(self) -> bool:
-    if self.normalize_rewards is None:
-      return registry.get(self.agent).scales_rewards
-    return self.normalize_rewards
+OfflineConfig = configs.OfflineConfig
 
 
 def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   her_run = config.her_config is not None
   agent = registry.get(config.agent)
   agent.check_mode(registry.OFFLINE, her=her_run)
-  for name in ('train_steps', 'batch_size', 'eval_interval', 'eval_episodes',
-               'checkpoint_interval', 'train_every'):
-    if getattr(config, name) < 1:
-      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  settings.check_bounds(config)
   if not config.reconnect_timeout_s >= 0 or (config.reconnect_timeout_s and
                                             not config.reverb_address):
     raise ValueError('reconnect_timeout_s must be >= 0, and > 0 only with '

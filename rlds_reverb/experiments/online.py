@@ -25,6 +25,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from rlds_reverb import settings
 from rlds_reverb.replay import her
 from rlds_reverb.replay import per
 from rlds_reverb.storage import tables
@@ -33,6 +34,7 @@ from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
+from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import distributed
 from rlds_reverb.agents import dqn
 from rlds_reverb.experiments import loop
@@ -40,87 +42,17 @@ from rlds_reverb.experiments import resume
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import variants
 
-ONLINE_TABLE = 'online'
+ONLINE_TABLE = configs.ONLINE_TABLE
 FEEDS = ('memory',)
 # Rows the memory keeps beyond replay_size: room for the longest episode.
 _SLACK_EPISODES = 1
 
 
-@gin.configurable
-@dataclasses.dataclass
-class OnlineConfig:
-  """An online run; each field is the `pipelines.train` flag of that name
-  (env_steps is --steps)."""
-  env: str
-  """Gymnasium env id, e.g. HalfCheetah-v5, CartPole-v1, FetchReach-v4."""
-  root_dir: str
-  """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
-  running again resumes from it."""
-  agent: str = 'sac'
-  """An agent whose registry record trains online: sac, td3 (continuous)
-  or dqn (discrete)."""
-  env_steps: int = 300_000
-  """Env steps of the whole run."""
-  initial_collect_steps: int = 10_000
-  """Uniform random actions before learning starts."""
-  batch_size: int = 256
-  """Transitions per gradient step."""
-  train_every: int = 1000
-  """Env steps collected per phase (SpinningUp's update_every)."""
-  utd: float = 1.0
-  """Gradient steps per env step (update-to-data ratio)."""
-  eval_interval: int = 10_000
-  """Env steps between greedy evaluations."""
-  eval_episodes: int = 10
-  """Episodes per evaluation."""
-  checkpoint_interval: int = 20_000
-  """Env steps between checkpoints (and at the end)."""
-  snapshot_interval: int = 0
-  """Save a numpy policy every N env steps (behaviour policies); 0: off."""
-  replay_size: int = 1_000_000
-  """Transitions the learner's memory keeps (oldest episodes evicted)."""
-  exploration_noise: float = 0.1
-  """Gaussian action noise of TD3-style actors (SAC samples its policy)."""
-  random_action_probability: float = 0.0
-  """Continuous actions: share replaced by uniform ones (HER's 0.3)."""
-  epsilon_final: float = 0.04
-  """DQN: epsilon at the end of its decay."""
-  exploration_fraction: float = 0.16
-  """DQN: share of env_steps over which epsilon falls from 1."""
-  replay: str = 'uniform'
-  """uniform or prioritized (proportional PER)."""
-  per_config: per.PerConfig | None = None
-  """PER settings; None: defaults, beta annealed over all gradient steps."""
-  her_config: her.HerConfig | None = None
-  """Goal envs: hindsight relabelling (None: off)."""
-  her_normalize: bool = True
-  """HER: running observation/goal normalisation (the HER paper's)."""
-  feed: str = 'memory'
-  """How the learner gets batches: 'memory' (the only online feed)."""
-  n_step: int = 1
-  """Uniform or prioritized: n-step returns (1: one-step TD)."""
-  seed: int = 0
-  """Seed of TensorFlow, the envs and the actor."""
-  num_actors: int = 1
-  """1: the learner's process acts too; 0: actors are other processes
-  (pipelines.act) writing into the episode table at reverb_address."""
-  reverb_address: str = ''
-  """num_actors 0: host:port of the server holding the episode and weights
-  tables (pipelines.serve --env)."""
-  table: str = ONLINE_TABLE
-  """The episode table actors write into."""
-  publish_every: int = 1000
-  """num_actors 0: gradient steps between publications of the weights."""
-  agent_config: factory.AgentConfig = dataclasses.field(
-      default_factory=factory.AgentConfig)
-  """The agent's hyper-parameters."""
+OnlineConfig = configs.OnlineConfig
 
 
 def _check(config: OnlineConfig) -> None:
-  for name in ('env_steps', 'batch_size', 'train_every', 'eval_interval',
-               'eval_episodes', 'checkpoint_interval', 'replay_size'):
-    if getattr(config, name) < 1:
-      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
+  settings.check_bounds(config)
   if config.initial_collect_steps < 0 or config.utd <= 0:
     raise ValueError('initial_collect_steps must be >= 0 and utd > 0')
   registry.get(config.agent).check_mode(
@@ -188,14 +120,6 @@ def check_agent_fits_env(kind: str, specs: envs.EnvSpecs) -> None:
                      f'{" or ".join(registry.names(registry.ONLINE, discrete=False))}')
 
 
-def per_config_for(config: OnlineConfig) -> per.PerConfig:
-  """The run's PER settings; by default beta reaches 1 at the last step."""
-  if config.per_config is not None:
-    return config.per_config
-  learning_steps = max(config.env_steps - config.initial_collect_steps, 1)
-  return per.PerConfig(beta_steps=max(int(learning_steps * config.utd), 1))
-
-
 def explore_act(policy: numpy_policy.NumpyPolicy, config: OnlineConfig,
                 specs: envs.EnvSpecs, env_steps: int,
                 flatten: Callable[[Any], np.ndarray] | None = None
@@ -239,7 +163,7 @@ def make_replay(config: OnlineConfig, specs: envs.EnvSpecs,
     return variants.HindsightReplay(settings, config.her_config, reward_env,
                                     normalize=config.her_normalize)
   if config.replay == 'prioritized':
-    return variants.PrioritizedReplay(settings, per_config_for(config))
+    return variants.PrioritizedReplay(settings, config.per_settings)
   return variants.UniformReplay(settings)
 
 

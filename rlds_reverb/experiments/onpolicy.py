@@ -20,6 +20,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from rlds_reverb import settings
 from rlds_reverb.data import datasets
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
@@ -32,69 +33,19 @@ from rlds_reverb.experiments import loop
 from rlds_reverb.agents.onpolicy import normalization
 from rlds_reverb.agents.onpolicy import ppo
 from rlds_reverb.experiments import resume
+from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import rollout_queue
 
 ROLLOUT_TABLE = 'rollouts'
 
 
-@gin.configurable
-@dataclasses.dataclass
-class OnPolicyConfig:
-  """An on-policy run; each field is the `pipelines.train` flag of that name
-  (env_steps is --steps)."""
-  env: str
-  """Gymnasium env id with a flat observation, e.g. HalfCheetah-v5,
-  CartPole-v1."""
-  root_dir: str
-  """Checkpoints, eval.jsonl, curves, TensorBoard and policies go here;
-  running again resumes from it."""
-  agent: str = 'ppo'
-  """ppo or a2c."""
-  env_steps: int = 1_000_000
-  """Env steps of the whole run (all copies together)."""
-  eval_interval: int = 10_000
-  """Env steps between greedy evaluations."""
-  eval_episodes: int = 10
-  """Episodes per evaluation."""
-  checkpoint_interval: int = 50_000
-  """Env steps between checkpoints (and at the end)."""
-  seed: int = 0
-  """Seed of TensorFlow, the envs and the actor."""
-  ppo_config: ppo.PpoConfig | None = None
-  """The agent's settings; None: `ppo.defaults_for(agent, discrete)`."""
-  gail_dataset: str = ''
-  """GAIL: RLDS demonstrations (TFDS name or directory) whose
-  (observation, action) pairs a discriminator learns; its reward replaces
-  the env's. '': no GAIL."""
-  gail_trajectories: int = 4
-  """GAIL: expert episodes used, the dataset's first."""
-  gail_subsample: int = 20
-  """GAIL: every k-th step of each expert episode, from a random start."""
-  gail_batch_size: int = 128
-  """GAIL: pairs per discriminator minibatch (expert and policy each)."""
-  gail_epochs: int = 5
-  """GAIL: discriminator epochs per update after the warm-up."""
-  gail_warmup_updates: int = 10
-  """GAIL: updates of the warm-up; the observation statistics freeze at
-  its end."""
-  gail_warmup_epochs: int = 100
-  """GAIL: discriminator epochs per update during the warm-up."""
+OnPolicyConfig = configs.OnPolicyConfig
 
 
 def check(config: OnPolicyConfig) -> None:
   registry.get(config.agent).check_mode(registry.ONPOLICY)
-  for name in ('env_steps', 'eval_interval', 'eval_episodes',
-               'checkpoint_interval'):
-    if getattr(config, name) < 1:
-      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
-  for name in ('gail_trajectories', 'gail_subsample', 'gail_batch_size',
-               'gail_epochs', 'gail_warmup_epochs'):
-    if getattr(config, name) < 1:
-      raise ValueError(f'{name} must be >= 1, got {getattr(config, name)}')
-  if config.gail_warmup_updates < 0:
-    raise ValueError(f'gail_warmup_updates must be >= 0, got '
-                     f'{config.gail_warmup_updates}')
+  settings.check_bounds(config)
   if config.ppo_config is not None:
     ppo.check(config.ppo_config)
     if config.ppo_config.algorithm != config.agent:
@@ -102,7 +53,8 @@ def check(config: OnPolicyConfig) -> None:
                        f' is not the agent {config.agent!r}')
 
 
-def settings(config: OnPolicyConfig, specs: envs.EnvSpecs) -> ppo.PpoConfig:
+def agent_settings(config: OnPolicyConfig, specs: envs.EnvSpecs
+                   ) -> ppo.PpoConfig:
   """The run's agent settings: the given ones, or the env kind's defaults."""
   if config.ppo_config is not None:
     return config.ppo_config
@@ -396,7 +348,7 @@ def train_onpolicy(config: OnPolicyConfig, *, show_progress: bool = True,
   check(config)
   specs = envs.env_specs(config.env)
   check_env(specs)
-  agent_config = settings(config, specs)
+  agent_config = agent_settings(config, specs)
   # Demonstrations are read and checked before anything is written.
   demonstrations = (load_demonstrations(config, specs)
                     if config.gail_dataset else None)

@@ -29,26 +29,18 @@ from typing import Any
 
 import tensorflow as tf
 
+from rlds_reverb import settings
 from rlds_reverb.data import datasets
+from rlds_reverb.experiments import configs
 
 CONFIG_FILE = 'config.json'
 # Keys that the record adds to the config's own fields.
 KIND_KEY = 'run_kind'
 FINGERPRINT_KEY = 'dataset_fingerprint'
 # What a resumed run may change: budgets, schedules, where data is found,
-# how long to wait for a lost server.
-MAY_CHANGE = frozenset({
-    'root_dir', 'train_steps', 'env_steps', 'online_finetune_steps',
-    'eval_interval', 'eval_episodes', 'checkpoint_interval',
-    'snapshot_interval', 'data_dir', 'download', 'reconnect_timeout_s',
-    # A server restarted from its checkpoint may come up on another port.
-    'reverb_address', 'publish_every',
-    # The pipeline anneals PER's beta (and IQL its actor's learning rate)
-    # over the whole budget.
-    'per_config.beta_steps', 'agent_config.train_steps',
-    # What the critics' hidden layers compute in: the weights are float32
-    # either way, so a run moves to hardware without bfloat16 instructions.
-    'agent_config.critic_dtype'})
+# how long to wait for a lost server (the fields' `may_change` metadata).
+MAY_CHANGE = frozenset().union(*(
+    settings.may_change_on_resume(cls) for cls in configs.MODES.values()))
 # Fields that change from one resume to the next by themselves (ports,
 # paths): not noted in the record's history of changes.
 _UNNOTED = frozenset({'root_dir', 'reverb_address', 'data_dir', 'download'})
@@ -58,6 +50,8 @@ HISTORY_KEY = 'resumed_with_changes'
 # Agent settings are recorded resolved (the published default filled in);
 # runs recorded on 2026-11-24 before that hold None for "the default".
 _RESOLVED_PREFIX = 'agent_config.'
+# Recorded as None ("the defaults") by runs before 2026-11-29.
+_RESOLVED_FIELDS = frozenset({'per_config'})
 # What in a root_dir means a run has saved state there.
 _STATE_DIRS = ('checkpoints', 'reverb', 'reverb_online')
 _INFO_FILE = 'dataset_info.json'
@@ -110,8 +104,10 @@ def dataset_fingerprint(config: Any) -> str | None:
 
 
 def run_record(config: Any) -> dict:
-  """What config.json records: the config's fields, its kind, the data's
-  fingerprint."""
+  """What config.json records: the config's fields (PER's resolved where it
+  samples), its kind, the data's fingerprint."""
+  if isinstance(config, configs.OffPolicyConfig) and config.prioritized:
+    config = dataclasses.replace(config, per_config=config.per_settings)
   record = json.loads(json.dumps(dataclasses.asdict(config)))
   record[KIND_KEY] = type(config).__name__
   record[FINGERPRINT_KEY] = dataset_fingerprint(config)
@@ -128,8 +124,9 @@ def _changed(recorded: dict, current: dict, prefix: str = ''
     old, new, field = recorded[key], current[key], f'{prefix}{key}'
     if key == FINGERPRINT_KEY and (old is None or new is None):
       continue
-    if old is None and field.startswith(_RESOLVED_PREFIX):
-      continue  # Recorded before agent settings were recorded resolved.
+    if old is None and (field.startswith(_RESOLVED_PREFIX) or
+                        field in _RESOLVED_FIELDS):
+      continue  # Recorded before these were recorded resolved.
     if isinstance(old, dict) and isinstance(new, dict):
       found += _changed(old, new, f'{field}.')
     elif old != new:

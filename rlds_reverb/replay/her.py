@@ -48,6 +48,7 @@ from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from rlds_reverb import settings
 from rlds_reverb.replay import per
 from rlds_reverb.storage import tables
 
@@ -65,18 +66,21 @@ class HerConfig:
 
   Bind any field from a gin file or `--gin_bindings` as `HerConfig.<field>`.
   """
-  strategy: str = 'future'
-  """Where relabelled goals come from (one of STRATEGIES): future, an
+  strategy: str = settings.setting('future', flag='her',
+                                   choices=STRATEGIES, switch=True)
+  """Hindsight relabelling with this goal strategy (giving it turns HER on;
+  goal envs with dict observations, e.g. FetchReach-v4): future, an
   achieved goal of a later step of the same episode; final, its last one;
-  episode, any of its steps; random, any stored episode."""
-  k: float = 4.0
+  episode, any of its steps; random, any stored episode. Episodes are
+  stored whole; goals are relabelled when batches are sampled."""
+  k: float = settings.setting(4.0, flag='k', lower=0)
   """Relabelled goals per original one: a transition keeps its own goal with
   probability 1/(k+1) (k=4, as the HER paper and OpenAI baselines use)."""
-  episodes_per_draw: int = 64
+  episodes_per_draw: int = settings.setting(64, lower=1)
   """Episodes Reverb samples per draw. Each sampled episode gives
   batches_per_draw * batch_size / episodes_per_draw transitions, spread over
   the draw's batches: more episodes, less correlated batches."""
-  batches_per_draw: int = 8
+  batches_per_draw: int = settings.setting(8, lower=1)
   """Batches made, in one vectorised relabelling call, from one draw of
   episodes."""
 

@@ -34,6 +34,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
+from rlds_reverb import settings
 from rlds_reverb.replay import sampling
 from rlds_reverb.storage import tables
 
@@ -52,19 +53,20 @@ class PerConfig:
 
   Bind any field from a gin file or `--gin_bindings` as `PerConfig.<field>`.
   """
-  alpha: float = DEFAULT_ALPHA
+  alpha: float = settings.setting(DEFAULT_ALPHA, lower=0)
   """Priority exponent of the sampler: items are drawn in proportion to
   priority**alpha; 0 is uniform."""
-  beta0: float = DEFAULT_BETA0
+  beta0: float = settings.setting(DEFAULT_BETA0, lower=0, upper=1)
   """Importance-sampling exponent at the first gradient step; it rises
   linearly to 1, where the weights undo the sampler's bias fully."""
-  beta_steps: int = 100_000
-  """Gradient steps over which beta rises linearly to 1 (the pipelines use
-  all gradient steps of the run unless told otherwise)."""
-  eps: float = DEFAULT_EPS
+  beta_steps: Optional[int] = settings.setting(None, lower=1,
+                                               may_change=True)
+  """Gradient steps over which beta rises linearly to 1; None: all gradient
+  steps of the run (the run config resolves it)."""
+  eps: float = settings.setting(DEFAULT_EPS, lower=0)
   """Added to |td_error| so that no item gets priority 0 and is never drawn
   again."""
-  priority_cap: float = DEFAULT_PRIORITY_CAP
+  priority_cap: float = settings.setting(DEFAULT_PRIORITY_CAP, lower=0)
   """Largest priority an item can get, so that one outlier TD error does not
   take over the sampler."""
 
@@ -73,7 +75,7 @@ class PerConfig:
       raise ValueError(f'per alpha must be >= 0, got {self.alpha!r}')
     if not 0 <= self.beta0 <= 1:
       raise ValueError(f'per beta0 must be in [0, 1], got {self.beta0!r}')
-    if self.beta_steps < 1:
+    if self.beta_steps is not None and self.beta_steps < 1:
       raise ValueError(f'per beta_steps must be >= 1, got {self.beta_steps}')
     if not self.eps > 0:
       raise ValueError(f'per eps must be > 0, got {self.eps!r}')
@@ -243,6 +245,10 @@ def weighted_train_step(agent: Any, experience: Any, probability: tf.Tensor,
   """One PER step of any sampler: importance weights from the draw
   probabilities, the weighted loss, `update(new priorities)`; writes the
   per/ TensorBoard scalars. Returns the total loss."""
+  if config.beta_steps is None:
+    raise ValueError('PerConfig.beta_steps is unset: give the gradient '
+                     'steps to anneal beta over (a run config resolves it '
+                     'to its own, per_settings)')
   beta_now = beta(agent.train_step_counter, config.beta0, config.beta_steps)
   weights = importance_weights(probability, size, beta_now)
   loss_info = agent.train(experience, weights=weights)

@@ -30,6 +30,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from rlds_reverb import settings
 from rlds_reverb.agents import actor_critic
 
 ALGORITHMS = ('ppo', 'a2c')
@@ -46,38 +47,38 @@ class PpoConfig:
   Bind any field from gin as `PpoConfig.<field>`; the pipelines' flags of
   the same name override.
   """
-  algorithm: str = 'ppo'
+  algorithm: str = settings.setting('ppo', flag=settings.NO_FLAG)
   """ppo (clipped surrogate, epochs x minibatches) or a2c (one step per
   rollout, RMSprop)."""
-  num_envs: int = 1
+  num_envs: int = settings.setting(1, lower=1)
   """Env copies stepped together; a rollout is num_envs x rollout_steps."""
-  rollout_steps: int = 2048
+  rollout_steps: int = settings.setting(2048, lower=1)
   """Steps of each copy per rollout (PPO's n_steps; A2C's n of n-step)."""
-  gamma: float = 0.99
+  gamma: float = settings.setting(0.99, lower=0, upper=1)
   """Discount."""
-  gae_lambda: float = 0.95
+  gae_lambda: float = settings.setting(0.95, lower=0, upper=1)
   """GAE's lambda (1: n-step returns)."""
-  learning_rate: float = 3e-4
+  learning_rate: float = settings.setting(3e-4, lower=0)
   """Adam's (PPO) or RMSprop's (A2C) learning rate at the start."""
   lr_decay: bool = True
   """The learning rate falls linearly to 0 over the run."""
   clip_decay: bool = False
   """PPO: the clip range falls linearly to 0 over the run too (RL Zoo's
   CartPole setting; the seed codebase keeps it)."""
-  epochs: int = 10
+  epochs: int = settings.setting(10, lower=1)
   """PPO: passes over each rollout."""
-  minibatches: int = 32
+  minibatches: int = settings.setting(32, lower=1)
   """PPO: minibatches per pass (rollout size / minibatches each)."""
-  clip_ratio: float = 0.2
+  clip_ratio: float = settings.setting(0.2, lower=0)
   """PPO: the surrogate's clip range epsilon."""
   clip_value: bool = False
   """PPO: clip the value loss around the old values by the clip range (as
   PPO2 and the seed codebase do)."""
-  value_coef: float = 0.5
+  value_coef: float = settings.setting(0.5, lower=0)
   """Weight of the value loss."""
-  entropy_coef: float = 0.0
+  entropy_coef: float = settings.setting(0.0, lower=0)
   """Weight of the entropy bonus."""
-  max_grad_norm: float = 0.5
+  max_grad_norm: float = settings.setting(0.5, lower=0)
   """Gradients clipped to this global norm."""
   normalize_advantages: bool = True
   """Advantages to zero mean, unit std over the whole rollout (the seed
@@ -88,12 +89,12 @@ class PpoConfig:
   """A GRU on the observation feeds the actor and the critic (the seed's
   recurrent policy); minibatches are then whole env copies' sequences, so
   minibatches must divide num_envs."""
-  recurrent_size: int = 64
+  recurrent_size: int = settings.setting(64, lower=1)
   """The GRU's state size."""
-  observation_clip: float = 10.0
+  observation_clip: float = settings.setting(10.0, lower=0)
   """Normalised observations are clipped to +-this; 0: no observation
   normalisation."""
-  reward_clip: float = 10.0
+  reward_clip: float = settings.setting(10.0, lower=0)
   """Rewards scaled by the running std of the discounted return, clipped to
   +-this; 0: no reward scaling."""
   proper_time_limits: bool = True
@@ -108,6 +109,9 @@ class PpoConfig:
   def rollout_size(self) -> int:
     return self.num_envs * self.rollout_steps
 
+
+# The fields only PPO reads (A2C takes one unclipped step per rollout).
+PPO_ONLY = ('epochs', 'minibatches', 'clip_ratio', 'clip_value', 'clip_decay')
 
 # Settings from RL Zoo's tuned hyper-parameters (PPO and A2C on CartPole-v1,
 # PPO on MuJoCo), used where the user sets nothing; keyed by (algorithm,
