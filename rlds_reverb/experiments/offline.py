@@ -44,6 +44,7 @@ from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import offline_data
 from rlds_reverb.experiments import resume
 from rlds_reverb.experiments import run
+from rlds_reverb.experiments import runner
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import variants
@@ -228,79 +229,106 @@ def train_offline(config: OfflineConfig, *, show_progress: bool = True,
       back within reconnect_timeout_s).
     run.TrainingError: training failed (an op error, a non-finite loss).
   """
-  specs = envs.env_specs(config.env)
-  _check(config, specs)
-  # The method's own settings, read once here and passed to the agent.
-  method_config = registry.default_method_config(config.agent)
-  config = dataclasses.replace(
-      config, agent_config=registry.resolve(config.agent, dataclasses.replace(
-          config.agent_config, train_steps=(config.agent_config.train_steps
-                                            or config.train_steps))),
-      method_settings=registry.method_settings(method_config))
-  record = resume.check_resumable(config.root_dir, config)
-  with resume.RunDirectory(config.root_dir, record) as run_dir:
-    return _train_offline(config, specs, run_dir, show_progress,
-                          on_server_lost, method_config)
+  return runner.run_experiment(
+      OfflineBuilder(config, on_server_lost=on_server_lost,
+                     show_progress=show_progress))
 
 
-def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
-                   run_dir: resume.RunDirectory, show_progress: bool,
-                   on_server_lost: Callable[[BaseException], None],
-                   method_config: Any) -> dict:
-  run.seed_everything(config.seed)
-  rlds_data, data_spec = _checked_data(config, specs)
-  reward_env = (envs.make_env(config.env) if config.her_config is not None
-                else None)
-  server, client, address = None, None, config.reverb_address
-  link, watch = None, None
-  if config.reverb_address:
-    client, link, external = _connect(config, specs)
-    data_spec = external.data_spec
-  replay = _replay(config, specs, data_spec, reward_env)
-  finetune_replay = (_finetune_replay(config, specs)
-                     if config.online_finetune_steps else None)
-  local_tables = [] if config.reverb_address else replay.tables()
-  online_server, online_client = None, None
-  try:
-    if link is not None and replay.samples_from_reverb:
+class OfflineBuilder:
+  """Offline runs from a dataset or a remote table, and their fine-tuning."""
+
+  def __init__(self, config: OfflineConfig, *,
+               on_server_lost: Callable[[BaseException], None] =
+               sampling.exit_process, show_progress: bool = True):
+    self.config, self._on_server_lost = config, on_server_lost
+    self._show_progress = show_progress
+    self._reward_env, self._watch, self._link = None, None, None
+    self._client = None
+
+  def check(self, specs: envs.EnvSpecs) -> OfflineConfig:
+    config = self.config
+    _check(config, specs)
+    # The method's own settings, read once here and passed to the agent.
+    self._method_config = registry.default_method_config(config.agent)
+    self.config = config = dataclasses.replace(
+        config, agent_config=registry.resolve(
+            config.agent, dataclasses.replace(
+                config.agent_config,
+                train_steps=(config.agent_config.train_steps
+                             or config.train_steps))),
+        method_settings=registry.method_settings(self._method_config))
+    self._specs = specs
+    self._rlds_data, data_spec = _checked_data(config, specs)
+    if config.her_config is not None:
+      self._reward_env = envs.make_env(config.env)
+    if config.reverb_address:
+      self._client, self._link, external = _connect(config, specs)
+      data_spec = external.data_spec
+    self._data_spec = data_spec
+    self._replay = _replay(config, specs, data_spec, self._reward_env)
+    self._finetune_replay = (_finetune_replay(config, specs)
+                             if config.online_finetune_steps else None)
+    if self._link is not None and self._replay.samples_from_reverb:
       # Sampling blocks inside Reverb's C++ when the server dies.
-      watch = sampling.ServerWatch(link, client, on_lost=on_server_lost)
-      watch.__enter__()
-    if local_tables:
+      self._watch = sampling.ServerWatch(self._link, self._client,
+                                         on_lost=self._on_server_lost)
+      self._watch.__enter__()
+    return config
+
+  def servers(self) -> list:
+    found = []
+    if not self.config.reverb_address:
       # Checkpointed with the run: a resumed run does not push again (and
       # pushes again if this copy of the dataset is gone).
-      server = tables.start_server(local_tables, checkpoint_dir=os.path.join(
-          config.root_dir, run.REVERB_CHECKPOINTS))
-    if finetune_replay is not None:
+      found.append((self._replay.tables(), run.REVERB_CHECKPOINTS))
+    if self._finetune_replay is not None:
       # The online episodes in a server of their own: their checkpoint is
       # what a resumed fine-tuning run cannot get back any other way.
-      online_server = tables.start_server(
-          finetune_replay.tables(), checkpoint_dir=os.path.join(
-              config.root_dir, run.ONLINE_REVERB_CHECKPOINTS))
-      online_client = online_server.localhost_client()
-    local_client = server.localhost_client() if server else None
-    if not config.reverb_address:
-      client, address = local_client, f'localhost:{server.port}'
-    data = (link.call(lambda: _fill_table(
-        config, rlds_data, data_spec, client, address, show_progress),
-                      f'reading table {config.table!r}', own_deadline=True)
-            if link else
-            _fill_table(config, rlds_data, data_spec, client, address,
-                        show_progress))
+      found.append((self._finetune_replay.tables(),
+                    run.ONLINE_REVERB_CHECKPOINTS))
+    return found
+
+  def make_learner(self, servers) -> loop.Learner:
+    config, link = self.config, self._link
+    servers = list(servers)
+    local = None if config.reverb_address else servers.pop(0)
+    self._local_client = local.localhost_client() if local else None
+    self._online_client = (servers.pop(0).localhost_client()
+                           if self._finetune_replay is not None else None)
+    client, address = self._client, config.reverb_address
+    if local is not None:
+      client = self._client = self._local_client
+      address = f'localhost:{local.port}'
+    fill = lambda: _fill_table(config, self._rlds_data, self._data_spec,
+                               client, address, self._show_progress)
+    self._data = (link.call(fill, f'reading table {config.table!r}',
+                            own_deadline=True) if link else fill())
     # Before anything is written: a table that cannot serve this replay.
-    replay.check(client)
-    agent = registry.make_agent(config.agent, specs.time_step_spec,
-                                specs.action_spec, config.agent_config,
-                                method_config=method_config)
-    learner = loop.Learner(agent, config.root_dir,
-                           **replay.checkpoint_state())
+    self._replay.check(client)
+    self._agent = registry.make_agent(config.agent,
+                                      self._specs.time_step_spec,
+                                      self._specs.action_spec,
+                                      config.agent_config,
+                                      method_config=self._method_config)
+    learner = loop.Learner(self._agent, config.root_dir,
+                           **self._replay.checkpoint_state())
     goal = config.her_config is not None
     how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}, '
            if goal else '')
-    title = f'{config.agent} on {config.dataset}, {how}seed {config.seed}'
-    metric = 'success_rate' if goal else 'average_return'
-    learner.set_curve(x='train_step', title=title, y=metric)
-    learner.restore()
+    self._title = f'{config.agent} on {config.dataset}, {how}seed {config.seed}'
+    self._metric = 'success_rate' if goal else 'average_return'
+    learner.set_curve(x='train_step', title=self._title, y=self._metric)
+    return learner
+
+  def train(self, learner: loop.Learner, resumed: bool,
+            run_dir: resume.RunDirectory) -> dict:
+    del resumed  # The step counters say where each phase stands.
+    show_progress = self._show_progress
+    config, specs, replay, agent = (self.config, self._specs, self._replay,
+                                    self._agent)
+    client, link, data = self._client, self._link, self._data
+    title, metric = self._title, self._metric
+    goal = config.her_config is not None
     t0 = time.perf_counter()
     with tqdm.tqdm(desc=f'load {config.table}', unit='step',
                    disable=not show_progress or replay.samples_from_reverb
@@ -312,7 +340,7 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       returns = offline_data.episode_returns(replay.memory)
       agent.reward_scale.assign(config.agent_config.reward_scale_factor *
                                 offline_data.reward_scale(returns))
-    for variant in (replay, finetune_replay):
+    for variant in (replay, self._finetune_replay):
       if isinstance(variant, variants.ReturnToGoReplay):
         # Returns-to-go in the units of the agent's (scaled) rewards.
         variant.reward_scale = float(agent.reward_scale.numpy())
@@ -326,7 +354,8 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       write_back = lambda: _write_back(replay, client, link)
     this_run = run.Run(
         learner, config.agent, specs, config.root_dir,
-        clients=[c for c in (local_client, online_client) if c is not None],
+        clients=[c for c in (self._local_client, self._online_client)
+                 if c is not None],
         write_back=write_back,
         view=replay.actor_view(), refresh_view=replay.refresh_actor_view,
         normalizer=getattr(replay, 'normalizer', None),
@@ -341,7 +370,7 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
       summary.update(transitions=int(replay.memory.num_transitions),
                      load_seconds=round(load_seconds, 2),
                      memory_bytes=replay.memory.bytes)
-    if config.her_config is not None:
+    if goal:
       summary.update(her=config.her_config.strategy, k=config.her_config.k)
 
     def evaluate(phase: str, bar) -> dict:
@@ -384,19 +413,19 @@ def _train_offline(config: OfflineConfig, specs: envs.EnvSpecs,
                      average_return=record.get('average_return'))
     if not finetuning:  # Else the learner holds fine-tuned weights.
       this_run.export('policy_offline.npz', train_step=learner.train_step)
-    if finetune_replay is not None:
+    if self._finetune_replay is not None:
       summary.update(_finetune(config, specs, this_run, replay,
-                               finetune_replay, normalize, online_client,
-                               evaluate, show_progress))
+                               self._finetune_replay, normalize,
+                               self._online_client, evaluate, show_progress))
     return summary
-  finally:
-    if watch is not None:
-      watch.stop()
-    if reward_env is not None:
-      reward_env.close()
-    for running in (server, online_server):
-      if running is not None:
-        running.stop()
+
+  def close(self) -> None:
+    if self._watch is not None:
+      self._watch.stop()
+      self._watch = None
+    if self._reward_env is not None:
+      self._reward_env.close()
+      self._reward_env = None
 
 
 def _write_back(replay: Any, client: Any,

@@ -40,6 +40,7 @@ from rlds_reverb.agents import dqn
 from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import resume
 from rlds_reverb.experiments import run
+from rlds_reverb.experiments import runner
 from rlds_reverb.replay import variants
 
 ONLINE_TABLE = configs.ONLINE_TABLE
@@ -184,46 +185,71 @@ def train_online(config: OnlineConfig, *, show_progress: bool = True,
       the env.
     run.TrainingError: training failed (an op error, a non-finite loss).
   """
-  _check(config)
-  specs = envs.env_specs(config.env)
-  check_agent_fits_env(config.agent, specs)
-  check_her_fits_env(config, specs)
-  # Recorded resolved, so a resume compares the settings actually used.
-  config = dataclasses.replace(config, agent_config=registry.resolve(
-      config.agent, config.agent_config))
-  record = resume.check_resumable(config.root_dir, config)
-  with resume.RunDirectory(config.root_dir, record) as run_dir:
-    return _train_online(config, specs, run_dir, show_progress, on_eval)
+  return runner.run_experiment(OnlineBuilder(
+      config, on_eval=on_eval, show_progress=show_progress))
 
 
-def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
-                  run_dir: resume.RunDirectory, show_progress: bool,
-                  on_eval: Callable[[dict], None] | None) -> dict:
-  run.seed_everything(config.seed)
-  reward_env = envs.make_env(config.env) if specs.goal_conditioned else None
-  replay = make_replay(config, specs, reward_env)
-  remote_actors = config.num_actors == 0
-  server = None
-  if remote_actors:
-    client = tables.connect(config.reverb_address)
-    distributed.check_remote_tables(client, config.table,
-                                    run.trajectory_spec(specs))
-  else:
-    server = tables.start_server(replay.tables(), checkpoint_dir=os.path.join(
-        config.root_dir, run.REVERB_CHECKPOINTS))
-    client = server.localhost_client()
-  collector = None
-  try:
-    agent = registry.make_agent(config.agent, specs.time_step_spec,
-                                specs.action_spec, config.agent_config)
-    learner = loop.Learner(agent, config.root_dir,
-                           **replay.checkpoint_state())
+class OnlineBuilder:
+  """Online off-policy runs: one process acting and learning, or the
+  learner of actor processes (num_actors 0, tables on their server)."""
+
+  def __init__(self, config: OnlineConfig, *,
+               on_eval: Callable[[dict], None] | None = None,
+               show_progress: bool = True):
+    self.config, self._on_eval = config, on_eval
+    self._show_progress = show_progress
+    self._reward_env, self._collector = None, None
+
+  @property
+  def remote_actors(self) -> bool:
+    return self.config.num_actors == 0
+
+  def check(self, specs: envs.EnvSpecs) -> OnlineConfig:
+    config = self.config
+    _check(config)
+    check_agent_fits_env(config.agent, specs)
+    check_her_fits_env(config, specs)
+    # Recorded resolved, so a resume compares the settings actually used.
+    self.config = config = dataclasses.replace(
+        config, agent_config=registry.resolve(config.agent,
+                                              config.agent_config))
+    self._specs = specs
+    if specs.goal_conditioned:
+      self._reward_env = envs.make_env(config.env)
+    self._replay = make_replay(config, specs, self._reward_env)
+    return config
+
+  def servers(self) -> list:
+    if self.remote_actors:
+      return []  # The actors' server (pipelines.serve --env) holds them.
+    return [(self._replay.tables(), run.REVERB_CHECKPOINTS)]
+
+  def make_learner(self, servers) -> loop.Learner:
+    config, specs = self.config, self._specs
+    if self.remote_actors:
+      self._client = tables.connect(config.reverb_address)
+      distributed.check_remote_tables(self._client, config.table,
+                                      run.trajectory_spec(specs))
+    else:
+      self._client = servers[0].localhost_client()
+    self._agent = registry.make_agent(config.agent, specs.time_step_spec,
+                                      specs.action_spec, config.agent_config)
+    learner = loop.Learner(self._agent, config.root_dir,
+                           **self._replay.checkpoint_state())
     how = (f'HER {config.her_config.strategy} k={config.her_config.k:g}'
            if config.her_config else f'{config.replay} replay')
-    title = f'{config.agent} online, {how}, {config.env}, seed {config.seed}'
-    metric = 'success_rate' if specs.goal_conditioned else 'average_return'
-    learner.set_curve(x='env_steps', title=title, y=metric)
-    resumed = learner.restore()
+    self._title = (f'{config.agent} online, {how}, {config.env}, seed '
+                   f'{config.seed}')
+    self._metric = ('success_rate' if specs.goal_conditioned
+                    else 'average_return')
+    learner.set_curve(x='env_steps', title=self._title, y=self._metric)
+    return learner
+
+  def train(self, learner: loop.Learner, resumed: bool,
+            run_dir: resume.RunDirectory) -> dict:
+    show_progress = self._show_progress
+    config, specs, replay = self.config, self._specs, self._replay
+    client, remote_actors = self._client, self.remote_actors
     replay.start(client)  # A resumed run gets back what it had collected.
     if not remote_actors:
       run.check_episodes_restored(
@@ -233,16 +259,16 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
     if remote_actors and not resumed:
       # Episodes the actors wrote before the learner came up.
       learner.env_steps.assign(replay.transitions_read)
-    train_step = replay.train_step(agent)
+    train_step = replay.train_step(self._agent)
     if train_step is not None:
       learner.set_train_step(train_step)
     start = int(learner.env_steps.numpy())
     # A resumed run reseeds from its step count: it does not replay the
     # episodes it already collected.
     if not remote_actors:
-      collector = collect.Collector(config.env, client, config.table,
-                                    seed=config.seed * 1_000_003 + start,
-                                    **replay.writer_kwargs())
+      self._collector = collect.Collector(
+          config.env, client, config.table,
+          seed=config.seed * 1_000_003 + start, **replay.writer_kwargs())
     this_run = run.Run(
         learner, config.agent, specs, config.root_dir, clients=(client,),
         write_back=lambda: replay.write_back(client),
@@ -257,8 +283,8 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
 
       def evaluate(_):
         this_run.evaluate(config.eval_episodes, config.seed, x='env_steps',
-                          title=title, metric=metric, bar=bar,
-                          on_eval=on_eval)
+                          title=self._title, metric=self._metric, bar=bar,
+                          on_eval=self._on_eval)
 
       def snapshot(env_steps):
         record = this_run.last_record
@@ -279,7 +305,7 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
         phase.publish()
       else:
         phase = run.OnlinePhase(
-            this_run, collector, replay.poll, lambda: replay.ready,
+            this_run, self._collector, replay.poll, lambda: replay.ready,
             replay.feed,
             act=lambda steps: explore_act(this_run.policy, config, specs,
                                           steps, replay.actor_view()),
@@ -294,10 +320,11 @@ def _train_online(config: OnlineConfig, specs: envs.EnvSpecs,
           what='online training', unit='env step')
     this_run.export('policy.npz', env_steps=config.env_steps)
     return this_run.last_record
-  finally:
-    if collector is not None:
-      collector.close()
-    if reward_env is not None:
-      reward_env.close()
-    if server is not None:
-      server.stop()
+
+  def close(self) -> None:
+    if self._collector is not None:
+      self._collector.close()
+      self._collector = None
+    if self._reward_env is not None:
+      self._reward_env.close()
+      self._reward_env = None

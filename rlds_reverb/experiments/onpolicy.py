@@ -22,7 +22,6 @@ import tensorflow as tf
 
 from rlds_reverb import settings
 from rlds_reverb.data import datasets
-from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import vector_rollouts
 from rlds_reverb.agents import actor_critic
@@ -35,6 +34,7 @@ from rlds_reverb.agents.onpolicy import ppo
 from rlds_reverb.experiments import resume
 from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import run
+from rlds_reverb.experiments import runner
 from rlds_reverb.replay import rollout_queue
 
 ROLLOUT_TABLE = 'rollouts'
@@ -345,58 +345,77 @@ def train_onpolicy(config: OnPolicyConfig, *, show_progress: bool = True,
     ValueError: a bad config, or an env the agents cannot act in.
     run.TrainingError: training failed (an op error, a non-finite loss).
   """
-  check(config)
-  specs = envs.env_specs(config.env)
-  check_env(specs)
-  agent_config = agent_settings(config, specs)
-  # Demonstrations are read and checked before anything is written.
-  demonstrations = (load_demonstrations(config, specs)
-                    if config.gail_dataset else None)
-  record = resume.check_resumable(config.root_dir, config)
-  with resume.RunDirectory(config.root_dir, record) as run_dir:
-    return _train(config, specs, agent_config, run_dir, show_progress,
-                  on_eval, on_update, demonstrations)
+  return runner.run_experiment(OnPolicyBuilder(
+      config, on_eval=on_eval, on_update=on_update,
+      show_progress=show_progress))
 
 
-def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
-           agent_config: ppo.PpoConfig, run_dir: resume.RunDirectory,
-           show_progress: bool, on_eval, on_update,
-           demonstrations: tuple[np.ndarray, np.ndarray] | None) -> dict:
-  run.seed_everything(config.seed)
-  model = make_model(specs, agent_config)
-  norm = normalization.Normalization(
-      specs.observation_shape, agent_config.num_envs,
-      gamma=agent_config.gamma,
-      observation_clip=agent_config.observation_clip,
-      reward_clip=agent_config.reward_clip)
-  updater = ppo.Updater(model, agent_config)
-  updater.optimizer.build(model.trainable_weights)
-  imitation = None if demonstrations is None else GailRewards(
-      *demonstrations, norm, config, agent_config, specs)
-  extra_state = {} if imitation is None else {'gail': imitation.variables}
-  learner = loop.Learner(model, config.root_dir, optimizer=updater.optimizer,
-                         normalization=norm.variables, **extra_state)
-  title = (f'{config.agent}{" + GAIL" if imitation else ""} {config.env}, '
-           f'{agent_config.num_envs} env(s), seed {config.seed}')
-  learner.set_curve(x='env_steps', title=title)
-  resumed = learner.restore()
-  start = int(learner.env_steps.numpy())
-  if resumed:
-    norm.load()
-    if imitation is not None:
-      imitation.load(start // agent_config.rollout_size)
+class OnPolicyBuilder:
+  """PPO / A2C (+ GAIL): rollouts through a queue table, each read once."""
 
-  def write_back() -> None:
-    norm.save()
-    if imitation is not None:
-      imitation.save()
+  def __init__(self, config: OnPolicyConfig, *,
+               on_eval: Callable[[dict], None] | None = None,
+               on_update: Callable[[dict], None] | None = None,
+               show_progress: bool = True):
+    self.config, self._on_eval, self._on_update = config, on_eval, on_update
+    self._show_progress = show_progress
+    self._collector = None
 
-  server = tables.start_server([rollout_queue.make_table(ROLLOUT_TABLE)])
-  collector = None
-  try:
-    client = server.localhost_client()
+  def check(self, specs: envs.EnvSpecs) -> OnPolicyConfig:
+    check(self.config)
+    check_env(specs)
+    self._specs = specs
+    self._agent_config = agent_settings(self.config, specs)
+    # Demonstrations are read and checked before anything is written.
+    self._demonstrations = (load_demonstrations(self.config, specs)
+                            if self.config.gail_dataset else None)
+    return self.config
+
+  def servers(self) -> list:
+    return [([rollout_queue.make_table(ROLLOUT_TABLE)], None)]
+
+  def make_learner(self, servers) -> loop.Learner:
+    config, agent_config = self.config, self._agent_config
+    self._client = servers[0].localhost_client()
+    model = make_model(self._specs, agent_config)
+    self._norm = normalization.Normalization(
+        self._specs.observation_shape, agent_config.num_envs,
+        gamma=agent_config.gamma,
+        observation_clip=agent_config.observation_clip,
+        reward_clip=agent_config.reward_clip)
+    self._updater = ppo.Updater(model, agent_config)
+    self._updater.optimizer.build(model.trainable_weights)
+    self._imitation = None if self._demonstrations is None else GailRewards(
+        *self._demonstrations, self._norm, config, agent_config, self._specs)
+    extra_state = ({} if self._imitation is None
+                   else {'gail': self._imitation.variables})
+    learner = loop.Learner(model, config.root_dir,
+                           optimizer=self._updater.optimizer,
+                           normalization=self._norm.variables, **extra_state)
+    self._title = (f'{config.agent}{" + GAIL" if self._imitation else ""} '
+                   f'{config.env}, {agent_config.num_envs} env(s), seed '
+                   f'{config.seed}')
+    learner.set_curve(x='env_steps', title=self._title)
+    return learner
+
+  def train(self, learner: loop.Learner, resumed: bool,
+            run_dir: resume.RunDirectory) -> dict:
+    show_progress = self._show_progress
+    config, agent_config = self.config, self._agent_config
+    norm, imitation = self._norm, self._imitation
+    start = int(learner.env_steps.numpy())
+    if resumed:
+      norm.load()
+      if imitation is not None:
+        imitation.load(start // agent_config.rollout_size)
+
+    def write_back() -> None:
+      norm.save()
+      if imitation is not None:
+        imitation.save()
+
     # A resumed run reseeds from its step count.
-    collector = vector_rollouts.VectorRollouts(
+    self._collector = vector_rollouts.VectorRollouts(
         config.env, num_envs=agent_config.num_envs,
         rollout_steps=agent_config.rollout_steps,
         seed=config.seed * 1_000_003 + start,
@@ -406,7 +425,7 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
       stats = norm.statistics()
       return None if stats is None else (*stats, norm.observation_clip)
 
-    this_run = run.Run(learner, config.agent, specs, config.root_dir,
+    this_run = run.Run(learner, config.agent, self._specs, config.root_dir,
                        write_back=write_back, view=norm.observation,
                        export_statistics=statistics, seed=config.seed)
     run_dir.start()
@@ -416,20 +435,21 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
       if resumed:
         bar.write(f'resumed at {start} env steps, {learner.train_step} '
                   'gradient steps', file=sys.stderr)
-      phase = OnPolicyPhase(this_run, collector, updater, client,
-                            ROLLOUT_TABLE, agent_config=agent_config,
+      phase = OnPolicyPhase(this_run, self._collector, self._updater,
+                            self._client, ROLLOUT_TABLE,
+                            agent_config=agent_config,
                             total_env_steps=config.env_steps,
                             seed=config.seed, rng=rng, bar=bar,
                             imitation=imitation)
 
       def update_done(position):
-        if on_update is not None:
-          on_update({'env_steps': position, **phase.last_metrics})
+        if self._on_update is not None:
+          self._on_update({'env_steps': position, **phase.last_metrics})
 
       def evaluate(_):
         this_run.evaluate(config.eval_episodes, config.seed, x='env_steps',
-                          title=title, metric='average_return', bar=bar,
-                          on_eval=on_eval)
+                          title=self._title, metric='average_return',
+                          bar=bar, on_eval=self._on_eval)
 
       run.run_phases(
           lambda: int(learner.env_steps.numpy()), config.env_steps, phase,
@@ -439,7 +459,8 @@ def _train(config: OnPolicyConfig, specs: envs.EnvSpecs,
           what='on-policy training', unit='env step')
     this_run.export('policy.npz', env_steps=config.env_steps)
     return this_run.last_record
-  finally:
-    if collector is not None:
-      collector.close()
-    server.stop()
+
+  def close(self) -> None:
+    if self._collector is not None:
+      self._collector.close()
+      self._collector = None
