@@ -42,11 +42,9 @@ import tqdm
 
 from pipelines import cli
 from rlds_reverb.storage import tables
-from rlds_reverb.acting import envs
 from rlds_reverb.acting import remote
 from rlds_reverb.agents import registry
 from rlds_reverb.experiments import online
-from rlds_reverb.experiments import run
 
 _PROG = 'act'
 _DEFAULTS = remote.ActorConfig(env='')
@@ -178,10 +176,7 @@ def _config() -> remote.ActorConfig:
 
 def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
   client = tables.connect(_REVERB_ADDRESS.value, timeout_s=config.timeout_s)
-  specs = envs.env_specs(config.env)
-  online.check_agent_fits_env(_AGENT.value, specs)
-  actor = remote.Actor(config, client, data_spec=run.trajectory_spec(specs),
-                       head=registry.get(_AGENT.value).head)
+  actor = online.make_actor(_AGENT.value, config, client)
   log_dir = os.path.join(_RUN_DIR.value, f'actor_{config.seed}')
   log = _EpisodeLog(log_dir)
   with open(os.path.join(log_dir, 'config.json'), 'w') as f:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import tokenize
 from typing import Callable, List, NoReturn, Optional
 import warnings
 
@@ -61,6 +62,7 @@ _quiet_native_logs_by_default()
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 from absl import logging
+import gin
 import tensorflow as tf
 
 from rlds_reverb.storage import tables
@@ -353,3 +355,15 @@ class InterruptGuard:
         time.sleep(self._grace_s)
         if not self.handled:
           exit_now(self._line, 130, fresh_line=True)
+
+
+def parse_gin(prog: str, files: List[str], bindings: List[str]) -> None:
+  """Applies gin files and bindings; a bad one is a usage error (exit 2)."""
+  for path in files:
+    if not os.path.isfile(path):  # Before gin, which logs the miss too.
+      fail(prog, ValueError(f'--gin_file {path}: no such file'), code=2)
+  try:
+    gin.parse_config_files_and_bindings(files, bindings, skip_unknown=False)
+  except (ValueError, SyntaxError, OSError, ImportError,
+          tokenize.TokenError) as e:
+    fail(prog, ValueError(f'gin: {one_line(e)}'), code=2)

@@ -45,6 +45,7 @@ from rlds_reverb.data import datasets
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import remote
+from rlds_reverb.experiments import online
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import variables
@@ -187,7 +188,8 @@ def start_for_env(env: str, *, table: str = remote.EPISODE_TABLE,
     OSError: `port` is in use.
   """
   spec = run.trajectory_spec(envs.env_specs(env))
-  wanted = remote.make_tables(spec, table=table, max_episodes=max_episodes)
+  wanted = online.make_actor_tables(env, table=table,
+                                    max_episodes=max_episodes)
   wanted_info = wanted[0].info
   restored_from = (tables.latest_checkpoint(checkpoint_dir)
                    if checkpoint_dir else None)

@@ -25,8 +25,6 @@ from pipelines import cli  # pylint: disable=g-bad-import-order
 
 import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-order
 import json
-import os
-import tokenize
 
 from absl import app
 from absl import flags
@@ -55,7 +53,7 @@ _AGENT = flags.DEFINE_enum(
     '; on-policy: ' + ', '.join(registry.names(registry.ONPOLICY)) + '.')
 _PUSH = common_flags.define_push_flags()
 flags.adopt_module_key_flags(common_flags)
-_ROOT_DIR = flags.DEFINE_string(
+flags.DEFINE_string(
     'root_dir', None, 'Run directory (checkpoints, TensorBoard, eval.jsonl, '
     'curves, policies, config.json); an existing run there is resumed. '
     'Default: runs/<agent>[_per][_her_<strategy>]_<env or dataset>_seed<seed>.')
@@ -75,9 +73,6 @@ _GIN_BINDINGS = flags.DEFINE_multi_string(
 _SETTINGS = config_flags.define()
 flags.adopt_module_key_flags(config_flags)
 _RECONNECT_S = 300.0
-_MODE_CLASSES = {registry.OFFLINE: configs.OfflineConfig,
-                 registry.ONLINE: configs.OnlineConfig,
-                 registry.ONPOLICY: configs.OnPolicyConfig}
 
 
 def _usage_error(message: str) -> None:
@@ -128,7 +123,7 @@ def _mode(agent: registry.AgentRecord, data: bool) -> str:
 
 def _check_flags(mode: str, agent: registry.AgentRecord) -> None:
   """Flags that set nothing in this mode are refused, not ignored."""
-  cls, given = _MODE_CLASSES[mode], config_flags.present()
+  cls, given = configs.MODES[mode], config_flags.present()
   others = (given & set(_SETTINGS)) - config_flags.flags_of(cls)
   if mode == registry.ONPOLICY and others:
     _usage_error(f'--agent {agent.name} is on-policy: {_flag_list(others)} '
@@ -159,7 +154,7 @@ def _check_flags(mode: str, agent: registry.AgentRecord) -> None:
 
 
 def _config(mode: str, agent: str) -> configs.RunConfig:
-  cls = _MODE_CLASSES[mode]
+  cls = configs.MODES[mode]
   given = config_flags.given(cls)
   if mode == registry.OFFLINE:
     given['dataset'] = common_flags.DATASET.value or _PUSH.reverb_address.value
@@ -176,35 +171,9 @@ def _config(mode: str, agent: str) -> configs.RunConfig:
   given.setdefault('root_dir', '')
   config = configs.make(cls, agent, given, discrete=discrete)
   if not config.root_dir:
-    config = dataclasses.replace(config, root_dir=_default_root_dir(config))
+    config = dataclasses.replace(config,
+                                 root_dir=configs.default_root_dir(config))
   return config
-
-
-def _default_root_dir(config: configs.RunConfig) -> str:
-  source = config.env
-  if isinstance(config, configs.OfflineConfig):
-    source = (f'{config.reverb_address}_{config.table}'
-              if config.reverb_address else config.dataset)
-  slug = ''.join(c if c.isalnum() else '_' for c in
-                 (os.path.basename(source.rstrip('/')) or source).lower())
-  extra = '_per' if getattr(config, 'prioritized', False) else ''
-  her_config = getattr(config, 'her_config', None)
-  extra += f'_her_{her_config.strategy}' if her_config else ''
-  return os.path.join('runs', f'{config.agent}{extra}_{slug.strip("_")}'
-                      f'_seed{config.seed}')
-
-
-def _parse_gin() -> None:
-  """Applies --gin_file and --gin_bindings; a bad one is a usage error."""
-  for path in _GIN_FILE.value:
-    if not os.path.isfile(path):  # Before gin, which logs the miss too.
-      _usage_error(f'--gin_file {path}: no such file')
-  try:
-    gin.parse_config_files_and_bindings(
-        _GIN_FILE.value, _GIN_BINDINGS.value, skip_unknown=False)
-  except (ValueError, SyntaxError, OSError, ImportError,
-          tokenize.TokenError) as e:
-    _usage_error(f'gin: {cli.one_line(e)}')
 
 
 def main(argv: list[str]) -> None:
@@ -215,7 +184,7 @@ def main(argv: list[str]) -> None:
   if common_flags.DATASET.value and _PUSH.reverb_address.value:
     _usage_error('pass --dataset or --reverb_address, not both')
   cli.quiet_logging()
-  _parse_gin()
+  cli.parse_gin(_PROG, _GIN_FILE.value, _GIN_BINDINGS.value)
   agent = registry.get(_AGENT.value)
   mode = _mode(agent, bool(common_flags.DATASET.value or
                            _PUSH.reverb_address.value))

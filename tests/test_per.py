@@ -236,7 +236,7 @@ def test_train_step_sets_priorities_from_dqn_td_errors(cartpole, data_spec):
     # TD errors of the networks before the step: what the step reports.
     td_before = agent._loss(  # pylint: disable=protected-access
         experience, gamma=agent._gamma).extra.td_error.numpy()  # pylint: disable=protected-access
-    config = per.PerConfig(eps=1e-3, priority_cap=1.5)
+    config = per.PerConfig(eps=1e-3, priority_cap=1.5, beta_steps=100_000)
     max_priority = per.MaxPriority()
     step = per.PrioritizedTrainStep.for_reverb(
         agent, per.PriorityUpdater(f'localhost:{server.port}', TABLE),

@@ -48,6 +48,9 @@ class _Builder:
       raise ValueError('bad data')
     return self.config
 
+  def prepare(self):
+    pass
+
   def servers(self):
     return [([rollout_queue.make_table('queue')], 'reverb')]
 

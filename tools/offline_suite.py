@@ -55,7 +55,6 @@ from rlds_reverb.data import convert
 from rlds_reverb.data import datasets
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
-from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
 from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import curves

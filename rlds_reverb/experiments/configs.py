@@ -16,6 +16,7 @@ the field's default.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Mapping
 
 import gin
@@ -273,6 +274,21 @@ def defaults(cls: type, agent: str, *, discrete: bool = False,
     found.update({f'ppo_config.{name}': value for name, value in
                   ppo.env_defaults(agent, discrete).items()})
   return found
+
+
+def default_root_dir(config: RunConfig) -> str:
+  """runs/<agent>[_per][_her_<strategy>]_<env or dataset>_seed<seed>."""
+  source = config.env
+  if isinstance(config, OfflineConfig):
+    source = (f'{config.reverb_address}_{config.table}'
+              if config.reverb_address else config.dataset)
+  name = os.path.basename(source.rstrip('/')) or source
+  slug = ''.join(c if c.isalnum() else '_' for c in name.lower()).strip('_')
+  extra = ('_per' if isinstance(config, OffPolicyConfig) and
+           config.prioritized else '')
+  her_config = getattr(config, 'her_config', None)
+  extra += f'_her_{her_config.strategy}' if her_config else ''
+  return os.path.join('runs', f'{config.agent}{extra}_{slug}_seed{config.seed}')
 
 
 def default(cls: type, agent: str, path: str, *,

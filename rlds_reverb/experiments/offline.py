@@ -16,13 +16,10 @@ training.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import sys
 import time
 from typing import Any, Callable
 
-import gin
 import numpy as np
 import tensorflow as tf
 import tqdm
@@ -30,14 +27,12 @@ import tqdm
 from rlds_reverb import settings
 from rlds_reverb.data import convert
 from rlds_reverb.data import datasets
-from rlds_reverb.replay import her
 from rlds_reverb.replay import per
 from rlds_reverb.replay import sampling
 from rlds_reverb.storage import server_link
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
-from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
 from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import loop
@@ -64,7 +59,6 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   her_run = config.her_config is not None
   agent = registry.get(config.agent)
   agent.check_mode(registry.OFFLINE, her=her_run)
-  settings.check_bounds(config)
   if not config.reconnect_timeout_s >= 0 or (config.reconnect_timeout_s and
                                             not config.reverb_address):
     raise ValueError('reconnect_timeout_s must be >= 0, and > 0 only with '
@@ -132,6 +126,7 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
         (config.feed != 'memory', 'feed stream')):
       if unsupported:
         raise ValueError(f'offline HER does not take {why}')
+  settings.check_bounds(config)
 
 
 def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
@@ -258,6 +253,10 @@ class OfflineBuilder:
                              or config.train_steps))),
         method_settings=registry.method_settings(self._method_config))
     self._specs = specs
+    return config
+
+  def prepare(self) -> None:
+    config, specs = self.config, self._specs
     self._rlds_data, data_spec = _checked_data(config, specs)
     if config.her_config is not None:
       self._reward_env = envs.make_env(config.env)
@@ -273,7 +272,6 @@ class OfflineBuilder:
       self._watch = sampling.ServerWatch(self._link, self._client,
                                          on_lost=self._on_server_lost)
       self._watch.__enter__()
-    return config
 
   def servers(self) -> list:
     found = []

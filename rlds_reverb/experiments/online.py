@@ -21,18 +21,15 @@ import os
 import sys
 from typing import Any, Callable
 
-import gin
 import numpy as np
-import tensorflow as tf
 
 from rlds_reverb import settings
-from rlds_reverb.replay import her
 from rlds_reverb.replay import per
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
-from rlds_reverb.agents import factory
+from rlds_reverb.acting import remote
 from rlds_reverb.agents import registry
 from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import distributed
@@ -53,7 +50,6 @@ OnlineConfig = configs.OnlineConfig
 
 
 def _check(config: OnlineConfig) -> None:
-  settings.check_bounds(config)
   if config.initial_collect_steps < 0 or config.utd <= 0:
     raise ValueError('initial_collect_steps must be >= 0 and utd > 0')
   registry.get(config.agent).check_mode(
@@ -95,6 +91,7 @@ def _check(config: OnlineConfig) -> None:
   if config.her_config is not None and config.replay != 'uniform':
     raise ValueError('HER samples its own episode table; replay must be '
                      f'uniform with her, got {config.replay!r}')
+  settings.check_bounds(config)
 
 
 def check_her_fits_env(config: OnlineConfig, specs: envs.EnvSpecs) -> None:
@@ -168,6 +165,26 @@ def make_replay(config: OnlineConfig, specs: envs.EnvSpecs,
   return variants.UniformReplay(settings)
 
 
+def make_actor_tables(env: str, *, table: str = ONLINE_TABLE,
+                      max_episodes: int = 1_000_000) -> list[Any]:
+  """The tables of a distributed run's server (pipelines.serve --env): the
+  episode table the actors write and the weights table the learner
+  (`OnlineBuilder` with num_actors 0) publishes into."""
+  return remote.make_tables(run.trajectory_spec(envs.env_specs(env)),
+                            table=table, max_episodes=max_episodes)
+
+
+def make_actor(agent: str, config: remote.ActorConfig,
+               client: Any) -> remote.Actor:
+  """An actor process's actor (pipelines.act) for the learner that
+  `OnlineBuilder` makes with num_actors 0: the same agent's numpy head,
+  the same trajectory spec, the tables of `make_actor_tables`."""
+  specs = envs.env_specs(config.env)
+  check_agent_fits_env(agent, specs)
+  return remote.Actor(config, client, data_spec=run.trajectory_spec(specs),
+                      head=registry.get(agent).head)
+
+
 def train_online(config: OnlineConfig, *, show_progress: bool = True,
                  on_eval: Callable[[dict], None] | None = None) -> dict:
   """Trains `config.agent` online in `config.env`; resumes from root_dir.
@@ -214,10 +231,12 @@ class OnlineBuilder:
         config, agent_config=registry.resolve(config.agent,
                                               config.agent_config))
     self._specs = specs
-    if specs.goal_conditioned:
-      self._reward_env = envs.make_env(config.env)
-    self._replay = make_replay(config, specs, self._reward_env)
     return config
+
+  def prepare(self) -> None:
+    if self._specs.goal_conditioned:
+      self._reward_env = envs.make_env(self.config.env)
+    self._replay = make_replay(self.config, self._specs, self._reward_env)
 
   def servers(self) -> list:
     if self.remote_actors:

@@ -12,11 +12,9 @@ env-step clock and the normalisation statistics.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import Any, Callable
 
-import gin
 import numpy as np
 import tensorflow as tf
 
@@ -366,10 +364,12 @@ class OnPolicyBuilder:
     check_env(specs)
     self._specs = specs
     self._agent_config = agent_settings(self.config, specs)
-    # Demonstrations are read and checked before anything is written.
-    self._demonstrations = (load_demonstrations(self.config, specs)
-                            if self.config.gail_dataset else None)
     return self.config
+
+  def prepare(self) -> None:
+    # Demonstrations are read and checked before training writes anything.
+    self._demonstrations = (load_demonstrations(self.config, self._specs)
+                            if self.config.gail_dataset else None)
 
   def servers(self) -> list:
     return [([rollout_queue.make_table(ROLLOUT_TABLE)], None)]

@@ -2,8 +2,8 @@
 
 Acme's layout: an experiment is a builder (what tables, which learner, which
 phases) and one runner assembles it. `run_experiment` seeds, lets the
-builder check its config and data, refuses a root_dir of other settings,
-starts the builder's local Reverb servers (each checkpointed where the
+builder check its config, refuses a root_dir of other settings, has it
+load its data, starts the builder's local Reverb servers (each checkpointed where the
 builder says), has it build its learner, restores the learner once, and
 hands over to the builder's phases; on the way out it closes what the
 builder opened and stops the servers. A run that fails before it starts
@@ -32,8 +32,12 @@ class Builder(Protocol):
   config: Any
 
   def check(self, specs: envs.EnvSpecs) -> Any:
-    """Checks the config, loads and checks the data; writes nothing.
-    Returns the config to record in root_dir (settings resolved)."""
+    """Checks the config; returns the config to record in root_dir
+    (settings resolved)."""
+
+  def prepare(self) -> None:
+    """Loads and checks the data, connects to remote tables: what the
+    servers and the learner need (a failure here leaves nothing behind)."""
 
   def servers(self) -> Sequence[tuple[Sequence[Any], Optional[str]]]:
     """(tables, checkpoint subdirectory of root_dir or None) per local
@@ -71,6 +75,7 @@ def run_experiment(builder: Builder) -> dict:
     record = resume.check_resumable(config.root_dir, recorded)
     run_dir = stack.enter_context(resume.RunDirectory(config.root_dir,
                                                       record))
+    builder.prepare()
     servers = []
     for server_tables, checkpoints in builder.servers():
       server = tables.start_server(
