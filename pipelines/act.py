@@ -41,20 +41,17 @@ import tensorflow as tf
 import tqdm
 
 from pipelines import cli
+from pipelines import config_flags
+from rlds_reverb import settings
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import remote
 from rlds_reverb.agents import registry
 from rlds_reverb.experiments import online
 
 _PROG = 'act'
-_DEFAULTS = remote.ActorConfig(env='')
-
 _REVERB_ADDRESS = flags.DEFINE_string(
     'reverb_address', None, 'host:port of the Reverb server that holds '
     '--table and --variables_table (pipelines.serve). Required.')
-_ENV = flags.DEFINE_string(
-    'env', 'HalfCheetah-v5', "gymnasium env id; the learner's. The episode "
-    "table's signature must be this env's trajectory spec.")
 _RUN_DIR = flags.DEFINE_string(
     'run_dir', None, 'Directory of the distributed run; this actor logs to '
     'run_dir/actor_<seed>/: episodes.jsonl (one line per finished '
@@ -66,55 +63,9 @@ _AGENT = flags.DEFINE_enum(
     "The learner's agent: published "
     'weights of another kind are refused. sac samples its policy; td3 adds '
     '--exploration_noise; dqn is epsilon-greedy with --epsilon.')
-_TABLE = flags.DEFINE_string(
-    'table', _DEFAULTS.table, 'Episode table the actor writes into (an '
-    "episode table: whole episodes, read once by the learner's memory).")
-_VARIABLES_TABLE = flags.DEFINE_string(
-    'variables_table', _DEFAULTS.variables_table, 'Table the learner '
-    'publishes its policy weights into (max_size 1: the newest only).')
-_SEED = flags.DEFINE_integer(
-    'seed', _DEFAULTS.seed, 'Seed of the envs and the exploration; give '
-    'each actor its own. Also names the log directory.', lower_bound=0)
-_NUM_ENVS = flags.DEFINE_integer(
-    'num_envs', _DEFAULTS.num_envs, 'Env copies this actor steps side by '
-    'side (one policy call per step for all of them).', lower_bound=1)
-_REFRESH = flags.DEFINE_integer(
-    'policy_refresh_steps', _DEFAULTS.policy_refresh_steps, 'Env steps '
-    'between fetches of the newest published weights.', lower_bound=1)
-_INITIAL_RANDOM = flags.DEFINE_integer(
-    'initial_random_steps', _DEFAULTS.initial_random_steps, 'Uniform random '
-    "actions for this actor's first N env steps (the learner's "
-    '--initial_collect_steps divided by the number of actors reproduces a '
-    'single-process run). Then the actor needs published weights.',
-    lower_bound=0)
-_MAX_ENV_STEPS = flags.DEFINE_integer(
-    'max_env_steps', _DEFAULTS.max_env_steps, 'Stop after N env steps, once '
-    'every finished episode is written; 0: run until SIGTERM / Ctrl-C.',
-    lower_bound=0)
-_MAX_UNREAD = flags.DEFINE_integer(
-    'max_unread_episodes', _DEFAULTS.max_unread_episodes, 'Balance with the '
-    'learner: write an episode only while fewer than N episodes in --table '
-    'are unread by the learner (all actors together); otherwise hold still. '
-    'The learner reads new episodes only once it has trained on those it '
-    'has, so this bounds how far actors run ahead of its training.',
-    lower_bound=1)
-_NOISE = flags.DEFINE_float(
-    'exploration_noise', _DEFAULTS.exploration_noise, 'td3-style '
-    '(deterministic) policies: std of the Gaussian action noise, in action '
-    'units.', lower_bound=0)
-_EPSILON = flags.DEFINE_float(
-    'epsilon', _DEFAULTS.epsilon, 'dqn: probability of a uniform action.',
-    lower_bound=0, upper_bound=1)
-_TIMEOUT = flags.DEFINE_float(
-    'timeout_s', _DEFAULTS.timeout_s, 'Deadline of each call on the server; '
-    'a server that does not answer ends the actor with an error within about '
-    'twice this (a write still running after this long makes the actor ask '
-    'the server whether it is alive). A stop gives the write in flight this '
-    'long.', lower_bound=0.1)
-_WEIGHTS_TIMEOUT = flags.DEFINE_float(
-    'weights_timeout_s', _DEFAULTS.weights_timeout_s, 'After the random '
-    'steps, how long to wait for the learner to publish its first weights '
-    'before giving up with an error.', lower_bound=0.1)
+# The actor's settings: flags made from `remote.ActorConfig`'s fields.
+config_flags.define([remote.ActorConfig])
+flags.adopt_module_key_flags(config_flags)
 _PROGRESS = flags.DEFINE_bool(
     'progress', True, 'Show a progress bar (env steps, env steps/s, last '
     'return, policy version) on stderr.')
@@ -163,15 +114,8 @@ def _stop_on_signals() -> tuple[threading.Event, dict]:
 
 
 def _config() -> remote.ActorConfig:
-  return remote.ActorConfig(
-      env=_ENV.value, table=_TABLE.value,
-      variables_table=_VARIABLES_TABLE.value, num_envs=_NUM_ENVS.value,
-      seed=_SEED.value, policy_refresh_steps=_REFRESH.value,
-      initial_random_steps=_INITIAL_RANDOM.value,
-      max_env_steps=_MAX_ENV_STEPS.value,
-      max_unread_episodes=_MAX_UNREAD.value,
-      exploration_noise=_NOISE.value, epsilon=_EPSILON.value,
-      timeout_s=_TIMEOUT.value, weights_timeout_s=_WEIGHTS_TIMEOUT.value)
+  return settings.build(remote.ActorConfig,
+                        config_flags.given(remote.ActorConfig))
 
 
 def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:

@@ -52,7 +52,9 @@ def shown(value: Any) -> str:
 
 def agent_defaults(cls: type, setting: settings.Setting) -> list[str]:
   """'dqn 64'-style notes where an agent's runs start elsewhere."""
-  mode = next(m for m, c in configs.MODES.items() if c is cls)
+  mode = next((m for m, c in configs.MODES.items() if c is cls), None)
+  if mode is None:
+    return []  # Not a run config: no agent has defaults of its own.
   notes = []
   for agent in registry.names(mode):
     continuous = configs.defaults(cls, agent).get(setting.path,
@@ -74,7 +76,7 @@ def help_text(entries: list[tuple[type, settings.Setting]]) -> str:
   helps: dict[str, list[str]] = {}
   for cls, setting in entries:
     helps.setdefault(setting.help or setting.name, []).append(
-        MODE_WORDS[cls])
+        MODE_WORDS.get(cls, cls.__name__))
   if len(helps) == 1:
     text = next(iter(helps))
   else:
@@ -82,7 +84,8 @@ def help_text(entries: list[tuple[type, settings.Setting]]) -> str:
                     for help_, modes in helps.items())
   if len({repr(s.default) for _, s in entries}) > 1:
     text += ' Default: ' + ', '.join(
-        f'{MODE_WORDS[cls]} {shown(s.default)}' for cls, s in entries) + '.'
+        f'{MODE_WORDS.get(cls, cls.__name__)} {shown(s.default)}'
+        for cls, s in entries) + '.'
   notes: list[str] = []
   for cls, setting in entries:
     notes += [n for n in agent_defaults(cls, setting) if n not in notes]

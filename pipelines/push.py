@@ -36,14 +36,11 @@ import contextlib
 import dataclasses
 import json
 import os
-import queue
 import re
 import signal
-import subprocess
 import sys
-import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 # TensorFlow's C++ start-up chatter would bury the one-line errors and the
 # summary this tool prints. The caller can override.
@@ -60,6 +57,7 @@ from pipelines import common_flags
 from rlds_reverb.data import convert
 from rlds_reverb.data import datasets
 from rlds_reverb.storage import push
+from rlds_reverb.storage import shard_workers
 from rlds_reverb.storage import shards as shards_lib
 from rlds_reverb.storage import tables
 from rlds_reverb.replay import episode_table
@@ -574,91 +572,6 @@ def _child_args(config: PushConfig, shard: shards_lib.Shard,
   return args
 
 
-class _Workers:
-  """The worker processes of a sharded push and their stdout lines."""
-
-  def __init__(self, config: PushConfig, shards: List[shards_lib.Shard],
-               address: str):
-    self.events: 'queue.Queue[tuple]' = queue.Queue()
-    self.procs: Dict[int, subprocess.Popen] = {}
-    self.relays: List[threading.Thread] = []
-    for shard in shards:
-      if shard.finished:
-        continue
-      # A session of its own: a Ctrl-C at the terminal reaches the parent
-      # only, which passes one SIGINT on (a second would drop queued items).
-      proc = subprocess.Popen(
-          [sys.executable, '-m', 'pipelines.push',
-           *_child_args(config, shard, address)],
-          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-          stderr=subprocess.PIPE, text=True, start_new_session=True)
-      self.procs[shard.index] = proc
-      for target in (self._read, self._relay):
-        thread = threading.Thread(target=target, args=(shard.index, proc),
-                                  daemon=True)
-        thread.start()
-        if target == self._relay:
-          self.relays.append(thread)
-
-  def _read(self, index: int, proc: subprocess.Popen) -> None:
-    for line in proc.stdout:
-      self.events.put((index, line))
-    self.events.put((index, None))
-
-  @staticmethod
-  def _relay(index: int, proc: subprocess.Popen) -> None:
-    """Passes the worker's stderr on, a line per progress refresh (text
-    mode reads tqdm's carriage returns as line ends)."""
-    del index  # Its progress lines name their shard.
-    for line in proc.stderr:
-      if line.strip():
-        with contextlib.suppress(OSError, ValueError):
-          sys.stderr.write(line.rstrip('\n') + '\n')
-
-  def go(self, shard: shards_lib.Shard) -> None:
-    with contextlib.suppress(OSError):  # A dead worker reports on its own.
-      self.procs[shard.index].stdin.write(f'{shards_lib.GO}\n')
-      self.procs[shard.index].stdin.flush()
-
-  def stop(self) -> None:
-    for proc in self.procs.values():
-      if proc.poll() is None:
-        with contextlib.suppress(OSError):
-          proc.send_signal(signal.SIGINT)
-
-  def kill(self) -> None:
-    for proc in self.procs.values():
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    for thread in self.relays:  # Their last lines before the summary.
-      thread.join(timeout=2)
-
-
-def _handle(event: tuple, shards: List[shards_lib.Shard],
-            workers: _Workers) -> None:
-  """Applies a worker's line (or its end) to its shard."""
-  index, line = event
-  shard = shards[index]
-  if line is None:
-    shard.returncode = workers.procs[index].wait()
-    shard.finished, shard.waiting = True, False
-    if shard.returncode and not shard.error:
-      shard.error = (f'exited with code {shard.returncode}'
-                     if shard.returncode != 130 else 'interrupted')
-    return
-  data = shards_lib.parse_line(line)
-  if data is None:
-    return
-  if shards_lib.BARRIER_KEY in data:
-    shard.confirmed = data['position']
-    shard.confirmed_items = data['items']
-    shard.waiting = data[shards_lib.BARRIER_KEY] == 'every'
-  else:
-    shard.report = data
-    shard.error = data.get(shards_lib.ERROR_KEY) or shard.error
-
-
 def push_sharded(config: PushConfig) -> int:
   """`--num_workers N`: pushes the split in N worker processes; returns the
   exit code (0, 1 on an error, 130 on Ctrl-C) after printing the summary."""
@@ -687,28 +600,6 @@ def push_sharded(config: PushConfig) -> int:
     cli.fail(_PROG, e)
 
 
-def _barrier(ledger: push.PushLedger, shards: List[shards_lib.Shard],
-             reason: str, config: PushConfig) -> None:
-  """Checks the table holds its start size plus every shard's confirmed
-  items, then checkpoints and records (`PushLedger.on_barrier`).
-
-  Raises:
-    push.ItemsLostError: The size differs; names what is not durable.
-    push.ServerUnavailableError: The server does not answer in time.
-  """
-  stats = shards_lib.combined_stats(shards)
-  size = ledger.size()
-  expected = ledger.expected_size(stats)
-  if size != expected:
-    raise push.ItemsLostError(
-        f'table {config.table!r} at {ledger.address} holds {size} items '
-        f'where the workers confirmed {expected}'
-        f'{" (another writer?)" if size > expected else " (restarted?)"}; '
-        'not durably stored: '
-        f'{shards_lib.not_durable(shards, ledger.state.last_checkpointed)}')
-  ledger.on_barrier(stats, reason, [s.record() for s in shards])
-
-
 def _lost(error: Exception, ledger: push.PushLedger,
           shards: List[shards_lib.Shard]) -> str:
   """The line of a barrier that failed: what is not durable, what to do."""
@@ -722,63 +613,20 @@ def _lost(error: Exception, ledger: push.PushLedger,
 def _run_workers(config: PushConfig, target: Target,
                  ledger: push.PushLedger, shards: List[shards_lib.Shard],
                  start_time: float) -> int:
-  for shard in shards:
-    shard.finished = shard.complete
-  workers = _Workers(config, shards, target.address)
-  failed: Optional[str] = None
-  interrupted = False
-  unrecorded = ''  # Why the stop could not be recorded, if it could not.
-  try:
-    while not all(s.finished for s in shards):
-      try:
-        event = workers.events.get(timeout=0.5)
-      except queue.Empty:
-        continue
-      _handle(event, shards, workers)
-      shard = shards[event[0]]
-      if shard.finished and shard.error:
-        failed = f'{shard.name}: {shard.error}'
-        if config.state_file:
-          failed += ('; not durably stored: ' + shards_lib.not_durable(
-              shards, ledger.state.last_checkpointed) +
-                     f'; {ledger.durable()}')
-        break
-      if (any(s.waiting for s in shards)
-          and all(s.waiting or s.finished for s in shards)):
-        try:
-          _barrier(ledger, shards, 'every', config)
-        except (push.ItemsLostError, push.ServerUnavailableError) as e:
-          failed = _lost(e, ledger, shards)
-          break
-        for s in shards:
-          if s.waiting:
-            s.waiting = False
-            workers.go(s)
-    if failed is None:
-      try:
-        _barrier(ledger, shards, 'end', config)
-      except (push.ItemsLostError, push.ServerUnavailableError) as e:
-        failed = _lost(e, ledger, shards)
-  except KeyboardInterrupt:
-    interrupted = True
-  if interrupted or failed is not None:
-    workers.stop()
-    # Each worker finishes what it handed over and reports it ('stopped').
-    deadline = time.monotonic() + 3 * config.server_timeout_s + 30
-    try:
-      while (not all(s.finished for s in shards)
-             and time.monotonic() < deadline):
-        with contextlib.suppress(queue.Empty):
-          _handle(workers.events.get(timeout=0.5), shards, workers)
-    except KeyboardInterrupt:
-      pass
-    # Record what they confirmed, for a --resume on the same server; a stop
-    # that cannot be recorded is said, never passed over.
-    try:
-      _barrier(ledger, shards, 'stopped', config)
-    except Exception as e:  # pylint: disable=broad-except
-      unrecorded = f'; the stop was not recorded ({cli.one_line(e)})'
-  workers.kill()
+  def failure_note() -> str:
+    if not config.state_file:
+      return ''
+    return ('; not durably stored: ' + shards_lib.not_durable(
+        shards, ledger.state.last_checkpointed) + f'; {ledger.durable()}')
+
+  outcome = shard_workers.run_workers(
+      shards, lambda shard: [sys.executable, '-m', 'pipelines.push',
+                             *_child_args(config, shard, target.address)],
+      ledger, config.table, lost=lambda e: _lost(e, ledger, shards),
+      failure_note=failure_note,
+      stop_timeout_s=3 * config.server_timeout_s + 30)
+  failed, interrupted = outcome.failed, outcome.interrupted
+  unrecorded = outcome.unrecorded
   summary = _sharded_summary(config, target, ledger, shards, start_time,
                              failed)
   print(json.dumps(summary))

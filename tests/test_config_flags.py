@@ -18,6 +18,7 @@ from conftest import tools_module  # pylint: disable=g-bad-import-order
 
 from pipelines import config_flags
 from rlds_reverb import settings
+from rlds_reverb.acting import remote
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
 from rlds_reverb.experiments import configs
@@ -184,3 +185,20 @@ def test_settings_page_is_generated_from_the_fields():
   settings_doc = tools_module('settings_doc')
   assert settings_doc.PATH.read_text() == settings_doc.render(), (
       'docs/settings.md is out of date: python -m tools.settings_doc')
+
+
+def test_the_actor_process_flags_are_its_config_fields():
+  values = flags.FlagValues()
+  config_flags.define([remote.ActorConfig], flag_values=values)
+  values(['act', '--policy_refresh_steps', '10'])
+  fields = list(settings.fields(remote.ActorConfig))
+  assert set(values) == {s.flag for s in fields}
+  for setting in fields:
+    assert values[setting.flag].default == setting.default, setting.name
+    assert setting.help and setting.help in values[setting.flag].help
+  assert config_flags.given(remote.ActorConfig, values) == {
+      'policy_refresh_steps': 10}
+  with pytest.raises(flags.IllegalFlagValueError):
+    values['epsilon'].parse('2')
+  with pytest.raises(ValueError, match='max_unread_episodes must be >= 1'):
+    remote.ActorConfig(max_unread_episodes=0).check()

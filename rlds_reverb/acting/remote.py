@@ -31,6 +31,7 @@ import gymnasium as gym
 import numpy as np
 import reverb
 
+from rlds_reverb import settings
 from rlds_reverb.replay import her
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import collect
@@ -60,48 +61,56 @@ def make_tables(data_spec: Any, *, table: str = EPISODE_TABLE,
 
 @dataclasses.dataclass
 class ActorConfig:
-  """One actor process; each field is the `pipelines.act` flag of its name."""
-  env: str
-  """Gymnasium env id; the learner's."""
+  """One actor process; each field is the `pipelines.act` flag of its name
+  (the flags are made from these fields)."""
+  env: str = 'HalfCheetah-v5'
+  """gymnasium env id; the learner's. The episode table's signature must be
+  this env's trajectory spec."""
   table: str = EPISODE_TABLE
-  """Episode table the actor writes into."""
+  """Episode table the actor writes into (an episode table: whole episodes,
+  read once by the learner's memory)."""
   variables_table: str = variables.TABLE
-  """Table the learner publishes its weights into."""
-  num_envs: int = 1
-  """Env copies stepped side by side."""
-  seed: int = 0
-  """Seed of the envs and the exploration; give each actor its own."""
-  policy_refresh_steps: int = 1000
-  """Env steps between fetches of the newest weights."""
-  initial_random_steps: int = 10_000
-  """Uniform random actions for this actor's first N env steps."""
-  max_env_steps: int = 0
-  """Stop after N env steps; 0: run until stopped."""
-  max_unread_episodes: int = 2
-  """Write an episode only while fewer are unread in the table."""
-  exploration_noise: float = 0.1
-  """Gaussian action noise of deterministic (TD3) policies."""
-  epsilon: float = 0.05
-  """Epsilon of epsilon-greedy Q policies (DQN)."""
-  timeout_s: float = 10.0
-  """Deadline of each server call."""
-  weights_timeout_s: float = 600.0
-  """How long to wait for the learner's first weights after the random
-  steps."""
+  """Table the learner publishes its policy weights into (max_size 1: the
+  newest only)."""
+  num_envs: int = settings.setting(1, lower=1)
+  """Env copies this actor steps side by side (one policy call per step for
+  all of them)."""
+  seed: int = settings.setting(0, lower=0)
+  """Seed of the envs and the exploration; give each actor its own. Also
+  names the log directory."""
+  policy_refresh_steps: int = settings.setting(1000, lower=1)
+  """Env steps between fetches of the newest published weights."""
+  initial_random_steps: int = settings.setting(10_000, lower=0)
+  """Uniform random actions for this actor's first N env steps (the
+  learner's initial_collect_steps divided by the number of actors
+  reproduces a single-process run). Then the actor needs published
+  weights."""
+  max_env_steps: int = settings.setting(0, lower=0)
+  """Stop after N env steps, once every finished episode is written; 0: run
+  until SIGTERM / Ctrl-C."""
+  max_unread_episodes: int = settings.setting(2, lower=1)
+  """Balance with the learner: write an episode only while fewer than N
+  episodes in the table are unread by the learner (all actors together);
+  otherwise hold still. The learner reads new episodes only once it has
+  trained on those it has, so this bounds how far actors run ahead of its
+  training."""
+  exploration_noise: float = settings.setting(0.1, lower=0)
+  """td3-style (deterministic) policies: std of the Gaussian action noise,
+  in action units."""
+  epsilon: float = settings.setting(0.05, lower=0, upper=1)
+  """dqn: probability of a uniform action."""
+  timeout_s: float = settings.setting(10.0, lower=0.1)
+  """Deadline of each call on the server; a server that does not answer
+  ends the actor with an error within about twice this (a write still
+  running after this long makes the actor ask the server whether it is
+  alive). A stop gives the write in flight this long."""
+  weights_timeout_s: float = settings.setting(600.0, lower=0.1)
+  """After the random steps, how long to wait for the learner to publish its
+  first weights before giving up with an error."""
 
   def check(self) -> None:
-    """Raises ValueError for a setting out of range."""
-    for name in ('num_envs', 'policy_refresh_steps', 'max_unread_episodes'):
-      if getattr(self, name) < 1:
-        raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
-    for name in ('seed', 'initial_random_steps', 'max_env_steps',
-                 'exploration_noise'):
-      if getattr(self, name) < 0:
-        raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
-    if not 0 <= self.epsilon <= 1:
-      raise ValueError(f'epsilon must be in [0, 1], got {self.epsilon}')
-    if not (self.timeout_s > 0 and self.weights_timeout_s > 0):
-      raise ValueError('timeout_s and weights_timeout_s must be > 0')
+    """Raises ValueError for a setting out of range (the fields' bounds)."""
+    settings.check_bounds(self)
 
 
 @dataclasses.dataclass
