@@ -9,6 +9,7 @@ gradient steps follow the single-process schedule, and the actor acts with
 weights the learner published.
 """
 
+import dataclasses
 import json
 import os
 import threading
@@ -125,3 +126,55 @@ def test_train_flags_of_a_remote_learner(args, message):
       timeout_s=120)
   assert result.returncode == 2
   assert message in result.stderr.strip().splitlines()[-1]
+
+
+def _run_with_actor(client, config, actor_config):
+  """Trains `config` while an actor from `online.make_actor` writes."""
+  actor = online.make_actor('dqn', actor_config, client)
+  stop, results = threading.Event(), {}
+
+  def act():
+    try:
+      results['stats'] = actor.run(should_stop=stop.is_set)
+    except BaseException as e:  # pylint: disable=broad-except
+      results['error'] = e
+
+  thread = threading.Thread(target=act, daemon=True)
+  thread.start()
+  try:
+    record = online.train_online(config, show_progress=False)
+  finally:
+    stop.set()
+    thread.join(timeout=60)
+    actor.close()
+  assert 'error' not in results, results.get('error')
+  return record, results['stats']
+
+
+def test_learner_and_actors_from_one_builder_refresh_and_resume(tmp_path):
+  """The server's tables, the actor and the learner all come from
+  online.py; the actor fetches the weights the learner publishes; a rerun
+  with a larger budget resumes the learner where its checkpoint stands."""
+  served = tables.start_server(online.make_actor_tables(ENV))
+  try:
+    client = served.localhost_client()
+    actor_config = remote.ActorConfig(
+        env=ENV, seed=3, initial_random_steps=300, policy_refresh_steps=20,
+        max_unread_episodes=4, epsilon=0.1)
+    config = _config(tmp_path, served.port, publish_every=10)
+    first, stats = _run_with_actor(client, config, actor_config)
+    # Fresh weights: the actor saw the learner's newer versions.
+    assert stats.policy_updates >= 2 and stats.policy_version > 0
+    config = _config(tmp_path, served.port, publish_every=10, env_steps=1200,
+                     eval_interval=400)
+    second, _ = _run_with_actor(client, config, dataclasses.replace(
+        actor_config, seed=4, initial_random_steps=0))
+  finally:
+    served.stop()
+  assert second['env_steps'] >= 1200 > first['env_steps']
+  assert second['train_step'] > first['train_step']
+  with open(os.path.join(tmp_path, 'config.json')) as f:
+    recorded = json.load(f)
+  # The resume is on record: the budget changed, nothing else.
+  changes = recorded['resumed_with_changes'][-1]['changes']
+  assert set(changes) == {'env_steps', 'eval_interval'}, changes
