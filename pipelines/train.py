@@ -28,12 +28,10 @@ import json
 
 from absl import app
 from absl import flags
-import gin
 import tensorflow as tf
 
 from pipelines import common_flags
 from pipelines import config_flags
-from rlds_reverb import settings
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import registry
 from rlds_reverb.agents.onpolicy import ppo
@@ -160,16 +158,10 @@ def _config(mode: str, agent: str) -> configs.RunConfig:
     given['dataset'] = common_flags.DATASET.value or _PUSH.reverb_address.value
     if _RECONNECT.value:
       given.setdefault('reconnect_timeout_s', _RECONNECT_S)
-  discrete = False
-  if mode == registry.ONPOLICY:
-    env = given.get('env') or (gin.query_parameter(f'{cls.__name__}.env')
-                               if settings.gin_bound(cls, 'env') else
-                               flags.FLAGS['env'].value)
-    specs = envs.env_specs(env)
-    onpolicy.check_env(specs)
-    discrete = specs.discrete
   given.setdefault('root_dir', '')
-  config = configs.make(cls, agent, given, discrete=discrete)
+  config = configs.make(cls, agent, given)
+  if mode == registry.ONPOLICY:
+    onpolicy.check_env(envs.env_specs(config.env))
   if not config.root_dir:
     config = dataclasses.replace(config,
                                  root_dir=configs.default_root_dir(config))

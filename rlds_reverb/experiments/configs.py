@@ -25,6 +25,7 @@ from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
 from rlds_reverb.agents.onpolicy import ppo
 from rlds_reverb import settings
+from rlds_reverb.acting import envs
 from rlds_reverb.replay import her
 from rlds_reverb.replay import per
 from rlds_reverb.storage import tables
@@ -301,7 +302,7 @@ def default(cls: type, agent: str, path: str, *,
 
 
 def make(cls: type, agent: str, given: Mapping[str, Any], *,
-         discrete: bool = False) -> Any:
+         discrete: bool | None = None) -> Any:
   """The run config of `cls` for `agent`, with the settings in `given`
   ({dotted path: value}, e.g. {'per_config.alpha': 0.7}); every other
   field comes from gin's binding, else the agent's or mode's default
@@ -309,8 +310,13 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
   made (a recorded run holds them whole); her_config only when its
   strategy is given, per_config's beta_steps spans the run's gradient
   steps and agent_config takes the run's seed and offline budget unless
-  set."""
+  set. `discrete` (on-policy defaults): None reads the env's action
+  space."""
   her_run = 'her_config.strategy' in given
+  if discrete is None:  # On-policy defaults follow the env's actions.
+    discrete = cls is OnPolicyConfig and envs.env_specs(
+        settings.build(cls, {**settings.top(given), 'agent': agent}).env
+    ).discrete
   preset = defaults(cls, agent, discrete=discrete, her_run=her_run)
   config = settings.build(cls, {**settings.top(given), 'agent': agent},
                           settings.top(preset))
