@@ -47,31 +47,11 @@ def _config(root_dir, port, **overrides):
 
 def test_learner_trains_on_what_a_remote_actor_writes(server, tmp_path):
   client = server.localhost_client()
-  actor = remote.Actor(
+  record, stats = _run_with_actor(
+      client, _config(tmp_path, server.port),
       remote.ActorConfig(env=ENV, seed=1, initial_random_steps=300,
                          policy_refresh_steps=100, max_unread_episodes=4,
-                         epsilon=0.1),
-      client, data_spec=run.trajectory_spec(envs.env_specs(ENV)))
-  stop = threading.Event()
-  results = {}
-
-  def act():
-    try:
-      results['stats'] = actor.run(should_stop=stop.is_set)
-    except BaseException as e:  # pylint: disable=broad-except
-      results['error'] = e
-
-  thread = threading.Thread(target=act, daemon=True)
-  thread.start()
-  try:
-    record = online.train_online(_config(tmp_path, server.port),
-                                 show_progress=False)
-  finally:
-    stop.set()
-    thread.join(timeout=60)
-    actor.close()
-  assert 'error' not in results, results.get('error')
-  stats = results['stats']
+                         epsilon=0.1))
   env_steps = record['env_steps']
   # The clock is what the actor wrote and the learner read: whole episodes,
   # so it ends at or just past the budget, never beyond what was written.

@@ -329,9 +329,9 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
     nested['agent_config'] = settings.build(
         factory.AgentConfig, settings.split(given, 'agent_config'),
         agent_preset)
-    nested['per_config'] = dataclasses.replace(config, per_config=(
-        settings.build(per.PerConfig, settings.split(given, 'per_config')))
-                                               ).per_settings
+    chosen = settings.build(per.PerConfig, settings.split(given, 'per_config'))
+    nested['per_config'] = dataclasses.replace(
+        config, per_config=chosen).per_settings  # beta_steps resolved.
     if her_run:
       nested['her_config'] = settings.build(
           her.HerConfig, settings.split(given, 'her_config'))
