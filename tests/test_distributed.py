@@ -143,8 +143,12 @@ def test_learner_and_actors_from_one_builder_refresh_and_resume(tmp_path):
         max_unread_episodes=4, epsilon=0.1)
     config = _config(tmp_path, served.port, publish_every=10)
     first, stats = _run_with_actor(client, config, actor_config)
-    # Fresh weights: the actor saw the learner's newer versions.
+    # Fresh weights: the actor saw the learner's newer versions, and the
+    # learner published at every 10th gradient step, inside its phases too
+    # (plus once at start).
     assert stats.policy_updates >= 2 and stats.policy_version > 0
+    inserts = client.server_info()[variables.TABLE].rate_limiter_info
+    assert inserts.insert_stats.completed == 1 + first['train_step'] // 10
     config = _config(tmp_path, served.port, publish_every=10, env_steps=1200,
                      eval_interval=400)
     second, _ = _run_with_actor(client, config, dataclasses.replace(

@@ -82,17 +82,23 @@ class RemotePhase:
                       timeout_s=self._timeout_s)
 
   def _train(self) -> None:
-    """Takes the whole phases the budget allows, then publishes if a
-    multiple of `publish_every` was crossed."""
+    """Takes the whole phases the budget allows, publishing at each
+    multiple of `publish_every` on the way: actors that collect while the
+    learner trains act with weights at most `publish_every` steps old,
+    not a phase old."""
     learner = self._run.learner
     steps = self.budget() // self._gradient_steps * self._gradient_steps
     if steps <= 0 or not self._replay.ready:
       return
-    before = learner.train_step
-    learner.train(self._replay.feed(), steps)
+    end = learner.train_step + steps
+    while learner.train_step < end:
+      before = learner.train_step
+      to_publish = self._publish_every - before % self._publish_every
+      learner.train(self._replay.feed(), min(to_publish, end - before))
+      if run.crossed(before, learner.train_step, self._publish_every):
+        self._run.sync()
+        self.publish()
     self._run.sync()
-    if run.crossed(before, learner.train_step, self._publish_every):
-      self.publish()
 
   def __call__(self, env_steps: int) -> None:
     """Trains what is due, reads what the actors wrote since, and trains
