@@ -256,6 +256,14 @@ class OnPolicyConfig(RunConfig):
   end."""
   gail_warmup_epochs: int = setting(100, lower=1)
   """GAIL: discriminator epochs per update during the warm-up."""
+  num_actors: int = setting(1, lower=0, upper=1)
+  """1: this process collects and learns; 0: actor processes
+  (pipelines.act --agent ppo/a2c) write rollouts into the rollout queue at
+  reverb_address; the learner updates once per rollout and publishes its
+  weights and statistics there (docs/distributed.md)."""
+  reverb_address: str = setting('', may_change=True)
+  """num_actors 0: host:port of the actor processes' server
+  (pipelines.serve --env ENV --rollouts)."""
 
 
 MODES = {registry.OFFLINE: OfflineConfig, registry.ONLINE: OnlineConfig,

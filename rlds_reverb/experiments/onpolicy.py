@@ -13,6 +13,7 @@ env-step clock and the normalisation statistics.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -21,6 +22,7 @@ import tensorflow as tf
 from rlds_reverb import settings
 from rlds_reverb.data import datasets
 from rlds_reverb.acting import envs
+from rlds_reverb.acting import rollout_actor
 from rlds_reverb.acting import vector_rollouts
 from rlds_reverb.agents import actor_critic
 from rlds_reverb.agents.onpolicy import gae
@@ -34,8 +36,14 @@ from rlds_reverb.experiments import configs
 from rlds_reverb.experiments import run
 from rlds_reverb.experiments import runner
 from rlds_reverb.replay import rollout_queue
+from rlds_reverb.replay import variables
+from rlds_reverb.storage import tables
 
-ROLLOUT_TABLE = 'rollouts'
+ROLLOUT_TABLE = rollout_actor.ROLLOUT_TABLE
+# How long the learner of actor processes sleeps between polls of an empty
+# queue, and when it says it is waiting.
+_POLL_S = 0.05
+_WAIT_NOTICE_S = 60.0
 
 
 OnPolicyConfig = configs.OnPolicyConfig
@@ -264,7 +272,7 @@ class OnPolicyPhase:
   """One rollout: collect, pass through the queue, update, log."""
 
   def __init__(self, this_run: run.Run,
-               collector: vector_rollouts.VectorRollouts,
+               collector: vector_rollouts.VectorRollouts | None,
                updater: ppo.Updater, client, table: str, *,
                agent_config: ppo.PpoConfig, total_env_steps: int, seed: int,
                rng: np.random.Generator, bar=None,
@@ -285,8 +293,9 @@ class OnPolicyPhase:
         observations, self._state, starts, self._rng)
     return actions, log_probs
 
-  def __call__(self, env_steps: int) -> None:
-    learner = self._run.learner
+  def rollout(self, env_steps: int) -> tuple[dict, list[float], list[int]]:
+    """Collects a rollout, passes it through the queue and takes it back:
+    (the rollout, returns and lengths of the episodes that ended in it)."""
     policy = self._run.policy
     number = env_steps // self._config.rollout_size
     if self._run.agent.recurrent:
@@ -304,6 +313,12 @@ class OnPolicyPhase:
     if int(taken['rollout']) != number:
       raise RuntimeError(f'the rollout queue handed out rollout '
                          f'{int(taken["rollout"])}, expected {number}')
+    return taken, returns, lengths
+
+  def __call__(self, env_steps: int) -> None:
+    learner = self._run.learner
+    taken, returns, lengths = self.rollout(env_steps)
+    number = env_steps // self._config.rollout_size
     if self._imitation is not None:
       taken['reward'], gail_metrics = self._imitation(taken, number)
       learner.write_scalars(gail_metrics, env_steps, 'gail')
@@ -317,10 +332,11 @@ class OnPolicyPhase:
     metrics['learning_rate'] = float(
         self._updater.optimizer.learning_rate.numpy())
     self.last_metrics = metrics
-    learner.env_steps.assign_add(self._config.rollout_size)
+    learner.env_steps.assign_add(int(np.prod(taken['reward'].shape)))
     after = int(learner.env_steps.numpy())
     learner.write_scalars(metrics, after, 'train')
     self._run.sync()
+    self.updated(taken)
     if returns:
       learner.write_scalars({'return': float(np.mean(returns)),
                              'episode_length': float(np.mean(lengths))},
@@ -328,6 +344,92 @@ class OnPolicyPhase:
       if self._bar is not None:
         self._bar.set_postfix(ret=f'{np.mean(returns):.0f}',
                               loss=f'{metrics["loss"]:.3g}', refresh=False)
+
+
+  def updated(self, taken: dict) -> None:
+    """After each update (actor processes: publish)."""
+
+
+class RemoteOnPolicyPhase(OnPolicyPhase):
+  """One rollout of an actor process: wait for it in the queue, take its
+  statistics in, update, publish the new weights and statistics."""
+
+  def __init__(self, *args, norm: normalization.Normalization,
+               publish_info: dict, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._norm, self._publish_info = norm, publish_info
+    self._fields = (*vector_rollouts.FIELDS, *rollout_actor.EXTRA_FIELDS,
+                    *(rollout_actor.ADDED_PREFIX + key
+                      for key in normalization.STATE_KEYS))
+    self._waiting_since = time.monotonic()
+
+  def publish(self) -> None:
+    learner = self._run.learner
+    rollout_actor.publish(
+        self._client, self._run.policy, self._norm.state(),
+        int(learner.env_steps.numpy()) // self._config.rollout_size,
+        {'env_steps': int(learner.env_steps.numpy()), **self._publish_info})
+
+  def rollout(self, env_steps: int) -> tuple[dict, list[float], list[int]]:
+    address = self._client.server_address
+    while tables.get_table_info(self._client, self._table).current_size == 0:
+      waited = time.monotonic() - self._waiting_since
+      if waited > _WAIT_NOTICE_S and self._bar is not None:
+        self._bar.write(f'waiting for actors: no new rollout for '
+                        f'{waited:.0f} s', file=sys.stderr)
+        self._waiting_since = time.monotonic()
+      time.sleep(_POLL_S)
+    taken = rollout_queue.read(self._client, self._table, self._fields,
+                               address=address)
+    self._waiting_since = time.monotonic()
+    want = (self._config.rollout_steps, self._config.num_envs)
+    if taken['reward'].shape != want:
+      raise ValueError(f'actor {int(taken["actor"])} sent a rollout of '
+                       f'{taken["reward"].shape} (steps, copies); the '
+                       f'learner takes {want}')
+    self._norm.merge(rollout_actor.added_statistics(taken))
+    update = env_steps // self._config.rollout_size
+    self._run.learner.write_scalars(
+        {'policy_lag': float(update - int(taken['policy_version']))},
+        env_steps, 'train')
+    return (taken, [float(r) for r in taken['episode_returns']],
+            [int(n) for n in taken['episode_lengths']])
+
+  def updated(self, taken: dict) -> None:
+    del taken
+    self.publish()
+
+
+def make_actor_tables(*, max_rollouts: int = 64) -> list[Any]:
+  """The tables of a server for PPO / A2C actor processes
+  (pipelines.serve --env ENV --rollouts): the rollout queue they write
+  (actors keep it short themselves: `max_unread_rollouts`) and the
+  weights table the learner publishes into."""
+  return [rollout_queue.make_table(rollout_actor.ROLLOUT_TABLE,
+                                   max_rollouts=max_rollouts),
+          variables.make_table()]
+
+
+def make_actor(agent: str, config: rollout_actor.RolloutActorConfig,
+               client: Any) -> rollout_actor.RolloutActor:
+  """An actor process (pipelines.act --agent ppo/a2c) for the learner that
+  `OnPolicyBuilder` makes with num_actors 0: its statistics are the
+  learner's `Normalization` for the published settings."""
+  registry.get(agent).check_mode(registry.ONPOLICY)
+  specs = envs.env_specs(config.env)
+  check_env(specs)
+
+  def make_statistics(info):
+    return normalization.Normalization(
+        specs.observation_shape, int(info['num_envs']),
+        gamma=float(info['gamma']),
+        observation_clip=float(info['observation_clip']),
+        reward_clip=float(info['reward_clip']))
+
+  return rollout_actor.RolloutActor(
+      config, client, make_statistics=make_statistics,
+      head='categorical' if specs.discrete else 'gaussian',
+      observation_size=specs.observation_shape[0])
 
 
 def train_onpolicy(config: OnPolicyConfig, *, show_progress: bool = True,
@@ -359,12 +461,32 @@ class OnPolicyBuilder:
     self._show_progress = show_progress
     self._collector = None
 
+  @property
+  def remote_actors(self) -> bool:
+    return self.config.num_actors == 0
+
   def check(self, specs: envs.EnvSpecs) -> OnPolicyConfig:
-    check(self.config)
+    config = self.config
+    check(config)
     check_env(specs)
     self._specs = specs
-    self._agent_config = agent_settings(self.config, specs)
-    return self.config
+    self._agent_config = agent_settings(config, specs)
+    if self.remote_actors:
+      not_remote = [what for what, on in (
+          ('a recurrent policy', self._agent_config.recurrent),
+          ('GAIL', bool(config.gail_dataset))) if on]
+      if not config.reverb_address:
+        raise ValueError('num_actors 0 learns from actor processes: give '
+                         'the reverb_address of their server '
+                         '(pipelines.serve --env ENV --rollouts)')
+      if not_remote:
+        raise ValueError(f'actor processes do not run {" or ".join(not_remote)}'
+                         ' yet: train it with num_actors 1')
+    elif config.reverb_address:
+      raise ValueError('reverb_address is for num_actors 0 (the server of '
+                       'the actor processes); an on-policy run with '
+                       'num_actors 1 starts its own queue')
+    return config
 
   def prepare(self) -> None:
     # Demonstrations are read and checked before training writes anything.
@@ -372,11 +494,18 @@ class OnPolicyBuilder:
                             if self.config.gail_dataset else None)
 
   def servers(self) -> list:
+    if self.remote_actors:
+      return []  # The actors' server (pipelines.serve --rollouts) holds it.
     return [([rollout_queue.make_table(ROLLOUT_TABLE)], None)]
 
   def make_learner(self, servers) -> loop.Learner:
     config, agent_config = self.config, self._agent_config
-    self._client = servers[0].localhost_client()
+    if self.remote_actors:
+      self._client = tables.connect(config.reverb_address)
+      rollout_queue.check_queue(self._client, ROLLOUT_TABLE)
+      variables.check_table(self._client)
+    else:
+      self._client = servers[0].localhost_client()
     model = make_model(self._specs, agent_config)
     self._norm = normalization.Normalization(
         self._specs.observation_shape, agent_config.num_envs,
@@ -415,11 +544,12 @@ class OnPolicyBuilder:
         imitation.save()
 
     # A resumed run reseeds from its step count.
-    self._collector = vector_rollouts.VectorRollouts(
-        config.env, num_envs=agent_config.num_envs,
-        rollout_steps=agent_config.rollout_steps,
-        seed=config.seed * 1_000_003 + start,
-        observe=norm.observation, scale_reward=norm.reward)
+    if not self.remote_actors:
+      self._collector = vector_rollouts.VectorRollouts(
+          config.env, num_envs=agent_config.num_envs,
+          rollout_steps=agent_config.rollout_steps,
+          seed=config.seed * 1_000_003 + start,
+          observe=norm.observation, scale_reward=norm.reward)
 
     def statistics():
       stats = norm.statistics()
@@ -435,12 +565,22 @@ class OnPolicyBuilder:
       if resumed:
         bar.write(f'resumed at {start} env steps, {learner.train_step} '
                   'gradient steps', file=sys.stderr)
-      phase = OnPolicyPhase(this_run, self._collector, self._updater,
-                            self._client, ROLLOUT_TABLE,
-                            agent_config=agent_config,
-                            total_env_steps=config.env_steps,
-                            seed=config.seed, rng=rng, bar=bar,
-                            imitation=imitation)
+      phase_args = dict(agent_config=agent_config,
+                        total_env_steps=config.env_steps, seed=config.seed,
+                        rng=rng, bar=bar, imitation=imitation)
+      if self.remote_actors:
+        phase = RemoteOnPolicyPhase(
+            this_run, None, self._updater, self._client, ROLLOUT_TABLE,
+            norm=norm, publish_info={
+                'num_envs': agent_config.num_envs,
+                'rollout_steps': agent_config.rollout_steps,
+                'gamma': agent_config.gamma,
+                'observation_clip': agent_config.observation_clip,
+                'reward_clip': agent_config.reward_clip}, **phase_args)
+        phase.publish()  # Actors wait for the first weights.
+      else:
+        phase = OnPolicyPhase(this_run, self._collector, self._updater,
+                              self._client, ROLLOUT_TABLE, **phase_args)
 
       def update_done(position):
         if self._on_update is not None:

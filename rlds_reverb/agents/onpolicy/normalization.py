@@ -11,6 +11,8 @@ statistics go into the exported policy (its obs_mean, obs_std, obs_clip).
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import numpy as np
 import tensorflow as tf
 
@@ -20,23 +22,29 @@ EPSILON = 1e-8
 class RunningMeanStd:
   """Mean and variance of a stream of batches (Chan et al.'s merge)."""
 
-  def __init__(self, shape: tuple[int, ...] = ()):
+  def __init__(self, shape: tuple[int, ...] = (), count: float = 1e-4):
     self.mean = np.zeros(shape, np.float64)
     self.var = np.ones(shape, np.float64)
-    self.count = 1e-4  # Baselines' start: the first batch dominates at once.
+    # Baselines' start, 1e-4: the first batch dominates at once. A tally of
+    # what was added (count 0) starts empty.
+    self.count = float(count)
 
   def update(self, batch: np.ndarray) -> None:
     """Adds a batch [B, *shape] of samples."""
     batch = np.asarray(batch, np.float64)
-    n = batch.shape[0]
-    if n == 0:
+    if batch.shape[0]:
+      self.merge(batch.mean(axis=0), batch.var(axis=0), batch.shape[0])
+
+  def merge(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+    """Adds the moments of `count` samples kept elsewhere (an actor
+    process's), as if they had been added one batch at a time."""
+    if count <= 0:
       return
-    mean, var = batch.mean(axis=0), batch.var(axis=0)
-    total = self.count + n
-    delta = mean - self.mean
-    self.mean = self.mean + delta * n / total
-    self.var = (self.var * self.count + var * n +
-                delta**2 * self.count * n / total) / total
+    total = self.count + count
+    delta = np.asarray(mean, np.float64) - self.mean
+    self.mean = self.mean + delta * count / total
+    self.var = (self.var * self.count + np.asarray(var, np.float64) * count +
+                delta**2 * self.count * count / total) / total
     self.count = total
 
   @property
@@ -52,6 +60,8 @@ class ReturnScaler:
 
   def __init__(self, num_envs: int, gamma: float, clip: float = 0.0):
     self.returns = RunningMeanStd(())
+    # What was added since the tally was last taken (`Normalization`).
+    self.added = RunningMeanStd((), count=0.0)
     self.running_return = np.zeros(num_envs, np.float64)
     self.gamma, self.clip = float(gamma), float(clip)
 
@@ -61,6 +71,7 @@ class ReturnScaler:
     rewards = np.asarray(rewards, np.float64)
     self.running_return = self.running_return * self.gamma + rewards
     self.returns.update(self.running_return)
+    self.added.update(self.running_return)
     self.running_return[np.asarray(ended, bool)] = 0.0
     scaled = rewards / self.returns.std
     return np.clip(scaled, -self.clip, self.clip) if self.clip > 0 else scaled
@@ -80,6 +91,8 @@ class Normalization:
     self.reward_clip = float(reward_clip)
     self.gamma = float(gamma)
     self.observations = RunningMeanStd(tuple(observation_shape))
+    self._added_observations = RunningMeanStd(tuple(observation_shape),
+                                              count=0.0)
     # GAIL freezes the statistics once its discriminator has warmed up
     # (the seed's `envs.venv.eval()`): its input space must hold still.
     self.update_observations = True
@@ -114,6 +127,7 @@ class Normalization:
       return observations
     if update and self.update_observations:
       self.observations.update(observations)
+      self._added_observations.update(observations)
     normalised = (observations - self.observations.mean) / (
         self.observations.std)
     return np.clip(normalised, -self.observation_clip,
@@ -133,22 +147,51 @@ class Normalization:
     return (self.observations.mean.astype(np.float32),
             self.observations.std.astype(np.float32))
 
+  def state(self) -> dict[str, np.ndarray]:
+    """The statistics as arrays: what a checkpoint keeps and what a
+    learner publishes to its actor processes."""
+    return _moments('obs', self.observations) | _moments('ret', self.returns)
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    """Takes the statistics of `state` (from `state()`)."""
+    for prefix, stats in (('obs', self.observations), ('ret', self.returns)):
+      stats.mean = np.asarray(state[f'{prefix}_mean'], np.float64)
+      stats.var = np.asarray(state[f'{prefix}_var'], np.float64)
+      stats.count = float(np.asarray(state[f'{prefix}_count']))
+
+  def take_added(self) -> dict[str, np.ndarray]:
+    """The moments of the observations and returns added since the last
+    call (same keys as `state()`), and starts a new tally: an actor
+    process sends them with its rollout and the learner `merge`s them, so
+    its statistics cover what every actor saw."""
+    added = self._added_observations, self._return_scaler.added
+    shapes = self.observations.mean.shape, ()
+    self._added_observations = RunningMeanStd(shapes[0], count=0.0)
+    self._return_scaler.added = RunningMeanStd(shapes[1], count=0.0)
+    return _moments('obs', added[0]) | _moments('ret', added[1])
+
+  def merge(self, added: Mapping[str, Any]) -> None:
+    """Adds an actor's tally (`take_added`) to the statistics."""
+    for prefix, stats in (('obs', self.observations), ('ret', self.returns)):
+      stats.merge(added[f'{prefix}_mean'], added[f'{prefix}_var'],
+                  float(np.asarray(added[f'{prefix}_count'])))
+
   def save(self) -> None:
     """Copies the statistics into `variables` (before a checkpoint)."""
-    v = self.variables
-    v.obs_mean.assign(self.observations.mean)
-    v.obs_var.assign(self.observations.var)
-    v.obs_count.assign(self.observations.count)
-    v.ret_mean.assign(self.returns.mean)
-    v.ret_var.assign(self.returns.var)
-    v.ret_count.assign(self.returns.count)
+    for name, value in self.state().items():
+      getattr(self.variables, name).assign(value)
 
   def load(self) -> None:
     """Takes the statistics from `variables` (after a restore)."""
-    v = self.variables
-    self.observations.mean = v.obs_mean.numpy()
-    self.observations.var = v.obs_var.numpy()
-    self.observations.count = float(v.obs_count.numpy())
-    self.returns.mean = v.ret_mean.numpy()
-    self.returns.var = v.ret_var.numpy()
-    self.returns.count = float(v.ret_count.numpy())
+    self.set_state({name: getattr(self.variables, name).numpy()
+                    for name in STATE_KEYS})
+
+
+STATE_KEYS = tuple(f'{prefix}_{part}' for prefix in ('obs', 'ret')
+                   for part in ('mean', 'var', 'count'))
+
+
+def _moments(prefix: str, stats: RunningMeanStd) -> dict[str, np.ndarray]:
+  return {f'{prefix}_mean': np.asarray(stats.mean, np.float64),
+          f'{prefix}_var': np.asarray(stats.var, np.float64),
+          f'{prefix}_count': np.asarray(stats.count, np.float64)}
