@@ -19,6 +19,13 @@ stays a few episodes ahead of the learner at most. Episode returns go to
 --run_dir/actor_<seed>/ (episodes.jsonl and TensorBoard); the bar shows env
 steps/s.
 
+With --agent ppo or a2c it is an on-policy actor (acting/rollout_actor.py)
+of a learner run with --num_actors 0 and a server started with
+`pipelines.serve --env ENV --rollouts`: it takes the learner's rollout
+settings, weights and normalisation statistics, collects one rollout at a
+time while fewer than --max_unread_rollouts wait in the queue, and writes
+it there; it logs each finished episode the same way.
+
 SIGTERM or Ctrl-C ends it cleanly: the episode write in flight gets
 --timeout_s, episodes still running are dropped, and the last stdout line
 is a JSON summary (exit 0). A server that stops answering ends it with one
@@ -45,8 +52,10 @@ from pipelines import config_flags
 from rlds_reverb import settings
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import remote
+from rlds_reverb.acting import rollout_actor
 from rlds_reverb.agents import registry
 from rlds_reverb.experiments import online
+from rlds_reverb.experiments import onpolicy
 
 _PROG = 'act'
 _REVERB_ADDRESS = flags.DEFINE_string(
@@ -59,12 +68,16 @@ _RUN_DIR = flags.DEFINE_string(
     'config.json. Required.')
 _AGENT = flags.DEFINE_enum(
     'agent', 'sac',
-    [name for name in registry.AGENTS if registry.get(name).head],
+    [name for name in registry.AGENTS if registry.get(name).head or
+     registry.get(name).trains(registry.ONPOLICY)],
     "The learner's agent: published "
     'weights of another kind are refused. sac samples its policy; td3 adds '
-    '--exploration_noise; dqn is epsilon-greedy with --epsilon.')
-# The actor's settings: flags made from `remote.ActorConfig`'s fields.
-config_flags.define([remote.ActorConfig])
+    '--exploration_noise; dqn is epsilon-greedy with --epsilon; ppo and a2c '
+    'sample theirs and write rollouts into the rollout queue.')
+# The actor's settings: flags made from the fields of `remote.ActorConfig`
+# (off-policy agents) and `rollout_actor.RolloutActorConfig` (ppo, a2c).
+_CONFIGS = (remote.ActorConfig, rollout_actor.RolloutActorConfig)
+config_flags.define(_CONFIGS)
 flags.adopt_module_key_flags(config_flags)
 _PROGRESS = flags.DEFINE_bool(
     'progress', True, 'Show a progress bar (env steps, env steps/s, last '
@@ -79,16 +92,15 @@ class _EpisodeLog:
     self._file = open(os.path.join(log_dir, 'episodes.jsonl'), 'a')
     self._writer = tf.summary.create_file_writer(log_dir)
 
-  def __call__(self, stats: remote.ActorStats, episode, version) -> None:
-    record = {'episode': stats.episodes, 'env_steps': stats.env_steps,
-              'return': round(float(episode.episode_return), 3),
-              'length': episode.num_steps, 'terminated': episode.terminated,
-              'policy_version': version}
+  def __call__(self, episode: int, env_steps: int, episode_return: float,
+               length: int, version, terminated=None) -> None:
+    record = {'episode': episode, 'env_steps': env_steps,
+              'return': round(float(episode_return), 3), 'length': length,
+              'terminated': terminated, 'policy_version': version}
     self._file.write(json.dumps(record) + '\n')
     self._file.flush()
     with self._writer.as_default():
-      tf.summary.scalar('collect/return', episode.episode_return,
-                        step=stats.env_steps)
+      tf.summary.scalar('collect/return', episode_return, step=env_steps)
 
   def close(self) -> None:
     self._file.close()
@@ -113,12 +125,65 @@ def _stop_on_signals() -> tuple[threading.Event, dict]:
   return stop, received
 
 
-def _config() -> remote.ActorConfig:
-  return settings.build(remote.ActorConfig,
-                        config_flags.given(remote.ActorConfig))
+def _config_class() -> type:
+  on_policy = registry.get(_AGENT.value).trains(registry.ONPOLICY)
+  return _CONFIGS[1] if on_policy else _CONFIGS[0]
+
+
+def _config() -> remote.ActorConfig | rollout_actor.RolloutActorConfig:
+  """The actor's config; flags of the other kind of actor are refused."""
+  cls = _config_class()
+  others = (config_flags.present() & config_flags.flags_of(
+      _CONFIGS[0] if cls is _CONFIGS[1] else _CONFIGS[1])) - (
+          config_flags.flags_of(cls))
+  if others:
+    raise ValueError(
+        f'{", ".join("--" + name for name in sorted(others))}: not a setting '
+        f'of --agent {_AGENT.value} actors')
+  return settings.build(cls, config_flags.given(cls))
+
+
+def _act_rollouts(config: rollout_actor.RolloutActorConfig,
+                  stop: threading.Event) -> dict:
+  """An on-policy actor's loop, log and summary."""
+  client = tables.connect(_REVERB_ADDRESS.value, timeout_s=config.timeout_s)
+  actor = onpolicy.make_actor(_AGENT.value, config, client)
+  log_dir = os.path.join(_RUN_DIR.value, f'actor_{config.seed}')
+  log = _EpisodeLog(log_dir)
+  with open(os.path.join(log_dir, 'config.json'), 'w') as f:
+    json.dump({'reverb_address': _REVERB_ADDRESS.value,
+               'agent': _AGENT.value, **vars(config)}, f, indent=2)
+  bar = tqdm.tqdm(total=config.max_env_steps or None, unit='env step',
+                  desc=f'actor {config.seed} {config.env}', smoothing=0.05,
+                  disable=not _PROGRESS.value)
+
+  def on_rollout(returns, lengths):
+    stats = actor.stats
+    bar.update(stats.env_steps - bar.n)
+    for i, (episode_return, length) in enumerate(zip(returns, lengths)):
+      log(stats.episodes - len(returns) + i + 1, stats.env_steps,
+          episode_return, length, stats.policy_version)
+    bar.set_postfix(ret=f'{returns[-1]:.0f}' if returns else '-',
+                    policy=stats.policy_version)
+
+  def on_wait(kind, value):
+    bar.set_postfix_str({'unread': 'queue full, learner behind',
+                         'weights': f'no weights yet ({value:.0f}s)'}[kind])
+
+  try:
+    stats = actor.run(should_stop=stop.is_set, on_rollout=on_rollout,
+                      on_wait=on_wait)
+  finally:
+    bar.close()
+    log.close()
+    actor.close()
+  return {'actor': config.seed, 'env': config.env, **stats.to_dict(),
+          'log_dir': log_dir}
 
 
 def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
+  if isinstance(config, rollout_actor.RolloutActorConfig):
+    return _act_rollouts(config, stop)
   client = tables.connect(_REVERB_ADDRESS.value, timeout_s=config.timeout_s)
   actor = online.make_actor(_AGENT.value, config, client)
   log_dir = os.path.join(_RUN_DIR.value, f'actor_{config.seed}')
@@ -132,7 +197,9 @@ def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
   state = {'wait': ''}
 
   def on_episode(episode, version):
-    log(actor.stats, episode, version)
+    stats = actor.stats
+    log(stats.episodes, stats.env_steps, episode.episode_return,
+        episode.num_steps, version, episode.terminated)
     state['wait'] = ''
     bar.set_postfix(ret=f'{episode.episode_return:.0f}',
                     policy='random' if version is None else version)
@@ -165,8 +232,8 @@ def main(argv: list[str]) -> None:
       cli.fail(_PROG, ValueError(f'--{flag.name} is required'), code=2)
   cli.quiet_logging()
   stop, received = _stop_on_signals()
-  config = _config()
   try:
+    config = _config()
     config.check()
   except ValueError as e:
     cli.fail(_PROG, e, code=2)

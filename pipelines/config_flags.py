@@ -70,13 +70,18 @@ def agent_defaults(cls: type, setting: settings.Setting) -> list[str]:
   return notes
 
 
+def words(cls: type) -> str:
+  """What the help calls a config class: its mode, or its `KIND`."""
+  return MODE_WORDS.get(cls) or getattr(cls, 'KIND', cls.__name__)
+
+
 def help_text(entries: list[tuple[type, settings.Setting]]) -> str:
   """The flag's help: the field's docstring (per mode where they differ),
   the modes' defaults where they differ, and the agents' own defaults."""
   helps: dict[str, list[str]] = {}
   for cls, setting in entries:
     helps.setdefault(setting.help or setting.name, []).append(
-        MODE_WORDS.get(cls, cls.__name__))
+        words(cls))
   if len(helps) == 1:
     text = next(iter(helps))
   else:
@@ -84,7 +89,7 @@ def help_text(entries: list[tuple[type, settings.Setting]]) -> str:
                     for help_, modes in helps.items())
   if len({repr(s.default) for _, s in entries}) > 1:
     text += ' Default: ' + ', '.join(
-        f'{MODE_WORDS.get(cls, cls.__name__)} {shown(s.default)}'
+        f'{words(cls)} {shown(s.default)}'
         for cls, s in entries) + '.'
   notes: list[str] = []
   for cls, setting in entries:

@@ -46,8 +46,10 @@ from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import remote
 from rlds_reverb.experiments import online
+from rlds_reverb.experiments import onpolicy
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import rollout_queue
 from rlds_reverb.replay import variables
 
 _PROG = 'serve'
@@ -99,6 +101,13 @@ _ENV = flags.DEFINE_string(
     f'{remote.EPISODE_TABLE!r}; --max_size counts episodes) and the weights '
     f'table {variables.TABLE!r} the learner (pipelines.train --num_actors 0) '
     'publishes into. See docs/distributed.md.')
+_ROLLOUTS = flags.DEFINE_bool(
+    'rollouts', False, 'With --env: serve the tables of PPO / A2C actor '
+    f'processes instead: the rollout queue {onpolicy.ROLLOUT_TABLE!r} that '
+    'pipelines.act --agent ppo/a2c write (each rollout read once by the '
+    'learner) and the weights table the learner (pipelines.train --agent '
+    'ppo --num_actors 0) publishes its weights and statistics into. '
+    '--table and --max_size do not apply.')
 # What an episode table fixes: whole episodes, min-heap.
 _NOT_WITH_FEED_TABLE = (_SEQUENCE_LENGTH, _SAMPLER, _ALPHA)
 
@@ -178,18 +187,26 @@ def _checked(server: reverb.Server, table: str, wanted_info: Any,
 def start_for_env(env: str, *, table: str = remote.EPISODE_TABLE,
                   max_episodes: int = 1_000_000, port: int | None = None,
                   host: str = 'localhost',
-                  checkpoint_dir: str | None = None) -> Served:
+                  checkpoint_dir: str | None = None,
+                  rollouts: bool = False) -> Served:
   """Starts the tables of a distributed online run in `env`: the episode
-  table actors write and the weights table the learner publishes into.
+  table actors write and the weights table the learner publishes into;
+  with `rollouts`, PPO / A2C's rollout queue (`table` and `max_episodes`
+  unused) instead of the episode table.
 
   Raises:
     ValueError: Unknown env, a bad table argument or `host`, or a
       checkpoint whose tables do not fit `env`.
     OSError: `port` is in use.
   """
-  spec = run.trajectory_spec(envs.env_specs(env))
-  wanted = online.make_actor_tables(env, table=table,
-                                    max_episodes=max_episodes)
+  specs = envs.env_specs(env)
+  if rollouts:
+    onpolicy.check_env(specs)
+    table = onpolicy.ROLLOUT_TABLE
+    wanted = onpolicy.make_actor_tables()
+  else:
+    wanted = online.make_actor_tables(env, table=table,
+                                      max_episodes=max_episodes)
   wanted_info = wanted[0].info
   restored_from = (tables.latest_checkpoint(checkpoint_dir)
                    if checkpoint_dir else None)
@@ -197,8 +214,11 @@ def start_for_env(env: str, *, table: str = remote.EPISODE_TABLE,
                                checkpoint_dir=checkpoint_dir)
 
   def check(client: reverb.Client) -> None:
-    tables.check_signature(client, table, spec)
-    episode_table.check_table_kind(client, table, episodes=True)
+    if rollouts:
+      rollout_queue.check_queue(client, table)
+    else:
+      tables.check_signature(client, table, run.trajectory_spec(specs))
+      episode_table.check_table_kind(client, table, episodes=True)
     variables.check_table(client)
 
   return _checked(server, table, wanted_info, checkpoint_dir, restored_from,
@@ -249,6 +269,16 @@ def main(argv: list[str]) -> None:
         cli.fail(_PROG, ValueError(
             f'--{flag.name} does not apply to --env (its episode table holds '
             'whole episodes, sampled by a min-heap)'), code=2)
+  if _ROLLOUTS.value:
+    if _ENV.value is None:
+      cli.fail(_PROG, ValueError('--rollouts goes with --env (the tables of '
+                                 'PPO / A2C actor processes in that env)'),
+               code=2)
+    for flag in (common_flags.TABLE, _MAX_SIZE):
+      if flag.present:
+        cli.fail(_PROG, ValueError(
+            f'--{flag.name} does not apply to --rollouts (the queue is '
+            f'{onpolicy.ROLLOUT_TABLE!r}; actors keep it short)'), code=2)
   if _FEED_TABLE.value:
     for flag in _NOT_WITH_FEED_TABLE:
       if flag.present:
@@ -262,13 +292,14 @@ def main(argv: list[str]) -> None:
   cli.quiet_logging()
   table = common_flags.TABLE.value
   if _ENV.value is not None and not common_flags.TABLE.present:
-    table = remote.EPISODE_TABLE
+    table = onpolicy.ROLLOUT_TABLE if _ROLLOUTS.value else remote.EPISODE_TABLE
   checkpoint_dir = _CHECKPOINT_DIR.value
   try:
     if _ENV.value is not None:
       served = start_for_env(
           _ENV.value, table=table, max_episodes=_MAX_SIZE.value,
-          port=_PORT.value, host=_HOST.value, checkpoint_dir=checkpoint_dir)
+          port=_PORT.value, host=_HOST.value, checkpoint_dir=checkpoint_dir,
+          rollouts=_ROLLOUTS.value)
     else:
       served = start(
           common_flags.DATASET.value, split=common_flags.SPLIT.value,

@@ -85,9 +85,15 @@ def _mode(agent: registry.AgentRecord, data: bool) -> str:
   """The run's mode, or a usage error saying why the agent cannot run."""
   given = config_flags.present()
   if agent.trains(registry.ONPOLICY):
-    if data:
+    remote = flags.FLAGS['num_actors'].value == 0
+    if common_flags.DATASET.value or (data and not remote):
       _usage_error(f'--agent {agent.name} learns from its own rollouts in '
-                   '--env; drop --dataset / --reverb_address')
+                   '--env; drop --dataset / --reverb_address (or learn '
+                   'from actor processes: --num_actors 0)')
+    if remote and not data:
+      _usage_error('--num_actors 0 learns from actor processes: pass '
+                   '--reverb_address of their server (pipelines.serve '
+                   '--env ENV --rollouts)')
     return registry.ONPOLICY
   onpolicy_only = (given & config_flags.flags_of(configs.OnPolicyConfig)) - (
       config_flags.flags_of(configs.OnlineConfig) |

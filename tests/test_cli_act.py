@@ -23,6 +23,7 @@ from rlds_reverb import settings
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.acting import remote
+from rlds_reverb.acting import rollout_actor
 from rlds_reverb.replay import variables
 from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
 import preloaded_cli  # pylint: disable=g-bad-import-order
@@ -155,12 +156,15 @@ def test_killed_server_is_one_error_line_within_seconds(scenario):
 def test_help_explains_every_flag():
   source = (REPO / 'pipelines' / 'act.py').read_text()
   names = re.findall(r"flags\.DEFINE_\w+\(\s*'(\w+)'", source)
-  # The actor's settings: made from remote.ActorConfig's fields.
-  names += sorted(s.flag for s in settings.fields(remote.ActorConfig))
+  # The actors' settings: made from the fields of remote.ActorConfig and
+  # rollout_actor.RolloutActorConfig.
+  names += sorted({s.flag for cls in (remote.ActorConfig,
+                                      rollout_actor.RolloutActorConfig)
+                   for s in settings.fields(cls)})
   assert len(names) >= 15
   proc = preloaded_cli.run('act', '--help', cwd=REPO, env=ENV, timeout_s=120)
   assert proc.returncode == 0, proc.stderr
   for name in names:
-    assert re.search(rf'--(\[no\])?{name}: \S', proc.stdout), name
+    assert re.search(rf'--(\[no\])?{name}:\s+\S', proc.stdout), name
 
 

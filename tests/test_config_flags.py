@@ -134,7 +134,8 @@ def test_precedence_flag_over_gin_over_agent_default_over_field():
 
 def test_each_setting_is_declared_in_one_class():
   declared = {}
-  for cls in (configs.RunConfig, configs.OffPolicyConfig, *MODES):
+  for cls in (configs.RunConfig, configs.OffPolicyConfig,
+              configs.ActorsConfig, *MODES):
     for name in cls.__dict__.get('__annotations__', {}):
       declared.setdefault(name, []).append(cls.__name__)
   # The agent kind is required everywhere; two modes name their default.

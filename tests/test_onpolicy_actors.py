@@ -25,6 +25,7 @@ from rlds_reverb.agents.onpolicy import normalization
 from rlds_reverb.experiments import onpolicy
 from rlds_reverb.replay import variables
 from rlds_reverb.storage import tables
+import preloaded_cli  # pylint: disable=g-bad-import-order
 
 ENV = 'CartPole-v1'
 
@@ -170,3 +171,31 @@ def test_actor_refuses_weights_of_another_env(served):
       actor.run(should_stop=lambda: False)
   finally:
     actor.close()
+
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize('module, args, message', [
+    ('train', ['--agent', 'ppo', '--num_actors', '0'],
+     'pass --reverb_address of their server (pipelines.serve --env ENV '
+     '--rollouts)'),
+    ('train', ['--agent', 'ppo', '--reverb_address', 'localhost:1'],
+     'or learn from actor processes: --num_actors 0'),
+    ('act', ['--agent', 'ppo', '--reverb_address', 'localhost:1',
+             '--run_dir', '/tmp/x', '--epsilon', '0.2'],
+     '--epsilon: not a setting of --agent ppo actors'),
+    ('act', ['--agent', 'sac', '--reverb_address', 'localhost:1',
+             '--run_dir', '/tmp/x', '--max_unread_rollouts', '2'],
+     '--max_unread_rollouts: not a setting of --agent sac actors'),
+    ('serve', ['--env', ENV, '--rollouts', '--max_size', '5'],
+     '--max_size does not apply to --rollouts'),
+])
+def test_command_lines_of_onpolicy_actor_processes(module, args, message):
+  # Refused before any work: a fork of the preloaded interpreter.
+  if module != 'serve':
+    args = ['--env', ENV, *args]
+  result = preloaded_cli.run(module, *args, env=os.environ, cwd=_REPO,
+                             timeout_s=120)
+  assert result.returncode == 2, result.stderr
+  assert message in result.stderr.strip().splitlines()[-1]

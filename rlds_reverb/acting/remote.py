@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -63,6 +63,7 @@ def make_tables(data_spec: Any, *, table: str = EPISODE_TABLE,
 class ActorConfig:
   """One actor process; each field is the `pipelines.act` flag of its name
   (the flags are made from these fields)."""
+  KIND: ClassVar[str] = 'off-policy agents'
   env: str = 'HalfCheetah-v5'
   """gymnasium env id; the learner's. The episode table's signature must be
   this env's trajectory spec."""

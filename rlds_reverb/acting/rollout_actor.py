@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Mapping, Optional, Protocol
+from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
 
 import numpy as np
 import reverb
@@ -70,6 +70,7 @@ MakeStatistics = Callable[[Mapping[str, Any]], Statistics]
 class RolloutActorConfig:
   """One PPO / A2C actor process; each field is the `pipelines.act` flag of
   its name."""
+  KIND: ClassVar[str] = 'ppo and a2c'
   env: str = 'HalfCheetah-v5'
   """gymnasium env id; the learner's."""
   table: str = ROLLOUT_TABLE
@@ -79,8 +80,8 @@ class RolloutActorConfig:
   """Table the learner publishes its weights, statistics and rollout
   settings into."""
   seed: int = settings.setting(0, lower=0)
-  """Seed of the envs and the action sampling; give each actor its own.
-  Also names the log directory."""
+  """Seed of the envs and the exploration; give each actor its own. Also
+  names the log directory."""
   max_env_steps: int = settings.setting(0, lower=0)
   """Stop after N env steps (whole rollouts); 0: run until SIGTERM /
   Ctrl-C."""
@@ -278,7 +279,8 @@ class RolloutActor:
                                  timeout_s=self.config.timeout_s).current_size
 
   def run(self, *, should_stop: Callable[[], bool] = lambda: False,
-          on_rollout: Optional[Callable[[list[float]], None]] = None,
+          on_rollout: Optional[Callable[[list[float], list[int]],
+                                        None]] = None,
           on_wait: Optional[sender.OnWait] = None) -> RolloutActorStats:
     """Collects and writes rollouts until `max_env_steps` (0: until
     `should_stop()`).
@@ -319,7 +321,7 @@ class RolloutActor:
         stats.episodes += len(returns)
         stats.returns.extend(returns)
         if on_rollout is not None:
-          on_rollout(returns)
+          on_rollout(returns, lengths)
       else:
         stats.stopped = 'max_env_steps'
       if not stats.stopped:

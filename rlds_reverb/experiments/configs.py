@@ -66,6 +66,22 @@ class RunConfig:
   checkpoint_interval: int = setting(10_000, lower=1, may_change=True)
   """Steps between checkpoints (and one at the end), counted as
   eval_interval is."""
+  reverb_address: str = setting('', may_change=True)
+  """host:port of a running Reverb server: offline, the table to read
+  instead of pushing a dataset; online and on-policy with num_actors 0, the
+  server of the actor processes (pipelines.serve --env; with --rollouts for
+  ppo and a2c)."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class ActorsConfig:
+  """What online and on-policy runs share: who collects."""
+  num_actors: int = setting(1, lower=0, upper=1)
+  """1: this process acts and learns; 0: actors are other processes
+  (pipelines.act) writing episodes (off-policy agents) or rollouts (ppo,
+  a2c) into the tables of the server at reverb_address; the learner reads
+  them as one process would and publishes its weights there
+  (docs/distributed.md)."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -103,10 +119,6 @@ class OffPolicyConfig(RunConfig):
   her_normalize: bool = True
   """HER: normalise observations and goals with running statistics,
   clipped to +-5 (as the HER paper does); off: fed raw."""
-  reverb_address: str = setting('', may_change=True)
-  """host:port of a running Reverb server: offline, the table to read
-  instead of pushing a dataset; online with num_actors 0, the server of the
-  actor processes (pipelines.serve --env)."""
   agent_config: factory.AgentConfig = setting(
       default_factory=factory.AgentConfig, flag_prefix='')
   """The agent's hyper-parameters."""
@@ -190,7 +202,7 @@ class OfflineConfig(OffPolicyConfig):
 
 @gin.configurable
 @dataclasses.dataclass(kw_only=True)
-class OnlineConfig(OffPolicyConfig):
+class OnlineConfig(OffPolicyConfig, ActorsConfig):
   """An online run: actors fill an episode table, the learner its memory."""
   agent: str = 'sac'
   env_steps: int = setting(300_000, flag='steps', lower=1, may_change=True)
@@ -212,11 +224,6 @@ class OnlineConfig(OffPolicyConfig):
   """dqn: exploration epsilon after its linear decay from 1."""
   exploration_fraction: float = setting(0.16, lower=0, upper=1)
   """dqn: share of env_steps over which epsilon falls to epsilon_final."""
-  num_actors: int = setting(1, lower=0, upper=1)
-  """1: this process acts and learns; 0: actors are other processes
-  (pipelines.act) writing episodes into the episode table at
-  reverb_address; the learner reads them on the single-process schedule
-  and publishes its weights there (docs/distributed.md)."""
   table: str = ONLINE_TABLE
   """The episode table the actors write into."""
   publish_every: int = setting(1000, lower=1, may_change=True)
@@ -231,7 +238,7 @@ class OnlineConfig(OffPolicyConfig):
 
 @gin.configurable
 @dataclasses.dataclass(kw_only=True)
-class OnPolicyConfig(RunConfig):
+class OnPolicyConfig(RunConfig, ActorsConfig):
   """An on-policy run: rollouts through a queue table, each read once."""
   agent: str = 'ppo'
   env_steps: int = setting(1_000_000, flag='steps', lower=1, may_change=True)
@@ -256,14 +263,6 @@ class OnPolicyConfig(RunConfig):
   end."""
   gail_warmup_epochs: int = setting(100, lower=1)
   """GAIL: discriminator epochs per update during the warm-up."""
-  num_actors: int = setting(1, lower=0, upper=1)
-  """1: this process collects and learns; 0: actor processes
-  (pipelines.act --agent ppo/a2c) write rollouts into the rollout queue at
-  reverb_address; the learner updates once per rollout and publishes its
-  weights and statistics there (docs/distributed.md)."""
-  reverb_address: str = setting('', may_change=True)
-  """num_actors 0: host:port of the actor processes' server
-  (pipelines.serve --env ENV --rollouts)."""
 
 
 MODES = {registry.OFFLINE: OfflineConfig, registry.ONLINE: OnlineConfig,
