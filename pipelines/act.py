@@ -143,11 +143,9 @@ def _config() -> remote.ActorConfig | rollout_actor.RolloutActorConfig:
   return settings.build(cls, config_flags.given(cls))
 
 
-def _act_rollouts(config: rollout_actor.RolloutActorConfig,
-                  stop: threading.Event) -> dict:
-  """An on-policy actor's loop, log and summary."""
-  client = tables.connect(_REVERB_ADDRESS.value, timeout_s=config.timeout_s)
-  actor = onpolicy.make_actor(_AGENT.value, config, client)
+def _log_and_bar(config) -> tuple[str, _EpisodeLog, tqdm.tqdm]:
+  """run_dir/actor_<seed>/ with its config.json, the episode log, the
+  bar."""
   log_dir = os.path.join(_RUN_DIR.value, f'actor_{config.seed}')
   log = _EpisodeLog(log_dir)
   with open(os.path.join(log_dir, 'config.json'), 'w') as f:
@@ -156,6 +154,28 @@ def _act_rollouts(config: rollout_actor.RolloutActorConfig,
   bar = tqdm.tqdm(total=config.max_env_steps or None, unit='env step',
                   desc=f'actor {config.seed} {config.env}', smoothing=0.05,
                   disable=not _PROGRESS.value)
+  return log_dir, log, bar
+
+
+def _summary(actor, config, log_dir: str, log: _EpisodeLog, bar: tqdm.tqdm,
+             **run_kwargs) -> dict:
+  """Runs the actor to its end; its summary line, whatever stopped it."""
+  try:
+    stats = actor.run(**run_kwargs)
+  finally:
+    bar.close()
+    log.close()
+    actor.close()
+  return {'actor': config.seed, 'env': config.env, **stats.to_dict(),
+          'log_dir': log_dir}
+
+
+def _act_rollouts(config: rollout_actor.RolloutActorConfig,
+                  stop: threading.Event) -> dict:
+  """An on-policy actor's loop, log and summary."""
+  client = tables.connect(_REVERB_ADDRESS.value, timeout_s=config.timeout_s)
+  actor = onpolicy.make_actor(_AGENT.value, config, client)
+  log_dir, log, bar = _log_and_bar(config)
 
   def on_rollout(returns, lengths):
     stats = actor.stats
@@ -170,15 +190,8 @@ def _act_rollouts(config: rollout_actor.RolloutActorConfig,
     bar.set_postfix_str({'unread': 'queue full, learner behind',
                          'weights': f'no weights yet ({value:.0f}s)'}[kind])
 
-  try:
-    stats = actor.run(should_stop=stop.is_set, on_rollout=on_rollout,
-                      on_wait=on_wait)
-  finally:
-    bar.close()
-    log.close()
-    actor.close()
-  return {'actor': config.seed, 'env': config.env, **stats.to_dict(),
-          'log_dir': log_dir}
+  return _summary(actor, config, log_dir, log, bar, should_stop=stop.is_set,
+                  on_rollout=on_rollout, on_wait=on_wait)
 
 
 def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
@@ -186,14 +199,7 @@ def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
     return _act_rollouts(config, stop)
   client = tables.connect(_REVERB_ADDRESS.value, timeout_s=config.timeout_s)
   actor = online.make_actor(_AGENT.value, config, client)
-  log_dir = os.path.join(_RUN_DIR.value, f'actor_{config.seed}')
-  log = _EpisodeLog(log_dir)
-  with open(os.path.join(log_dir, 'config.json'), 'w') as f:
-    json.dump({'reverb_address': _REVERB_ADDRESS.value,
-               'agent': _AGENT.value, **vars(config)}, f, indent=2)
-  bar = tqdm.tqdm(total=config.max_env_steps or None, unit='env step',
-                  desc=f'actor {config.seed} {config.env}', smoothing=0.05,
-                  disable=not _PROGRESS.value)
+  log_dir, log, bar = _log_and_bar(config)
   state = {'wait': ''}
 
   def on_episode(episode, version):
@@ -212,15 +218,9 @@ def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
       state['wait'] = text
       bar.set_postfix_str(text)
 
-  try:
-    stats = actor.run(should_stop=stop.is_set, on_episode=on_episode,
-                      on_wait=on_wait, on_steps=bar.update)
-  finally:
-    bar.close()
-    log.close()
-    actor.close()
-  return {'actor': config.seed, 'env': config.env, **stats.to_dict(),
-          'log_dir': log_dir}
+  return _summary(actor, config, log_dir, log, bar, should_stop=stop.is_set,
+                  on_episode=on_episode, on_wait=on_wait,
+                  on_steps=bar.update)
 
 
 def main(argv: list[str]) -> None:

@@ -191,14 +191,14 @@ def test_settings_page_is_generated_from_the_fields():
 def test_the_actor_process_flags_are_its_config_fields():
   values = flags.FlagValues()
   config_flags.define([remote.ActorConfig], flag_values=values)
-  values(['act', '--policy_refresh_steps', '10'])
+  values(['act', '--policy_refresh_steps', '20'])
   fields = list(settings.fields(remote.ActorConfig))
   assert set(values) == {s.flag for s in fields}
   for setting in fields:
     assert values[setting.flag].default == setting.default, setting.name
     assert setting.help and setting.help in values[setting.flag].help
   assert config_flags.given(remote.ActorConfig, values) == {
-      'policy_refresh_steps': 10}
+      'policy_refresh_steps': 20}
   with pytest.raises(flags.IllegalFlagValueError):
     values['epsilon'].parse('2')
   with pytest.raises(ValueError, match='max_unread_episodes must be >= 1'):

@@ -122,6 +122,10 @@ def test_takes_newly_published_weights(client, pendulum):
       np.testing.assert_allclose(actions, 2.0, rtol=1e-5)
   # Whole episodes under version 7 act with it.
   np.testing.assert_allclose(episodes[-1][1], -2.0, rtol=1e-5)
+  # 30 refreshes, 2 publications: only a new publication is sampled (a
+  # look at the insert count does for the rest).
+  info = tables.get_table_info(client, variables.TABLE)
+  assert info.rate_limiter_info.sample_stats.completed == 2
 
 
 def test_holds_back_while_the_learner_has_unread_episodes(client, pendulum):

@@ -79,8 +79,9 @@ class ActorConfig:
   seed: int = settings.setting(0, lower=0)
   """Seed of the envs and the exploration; give each actor its own. Also
   names the log directory."""
-  policy_refresh_steps: int = settings.setting(1000, lower=1)
-  """Env steps between fetches of the newest published weights."""
+  policy_refresh_steps: int = settings.setting(10, lower=1)
+  """Env steps between looks for newer weights: a look asks the weights
+  table's insert count, and only a new publication is fetched."""
   initial_random_steps: int = settings.setting(10_000, lower=0)
   """Uniform random actions for this actor's first N env steps (the
   learner's initial_collect_steps divided by the number of actors
@@ -115,22 +116,19 @@ class ActorConfig:
 
 
 @dataclasses.dataclass
-class ActorStats:
-  """What an actor did; `to_dict` is its summary line."""
+class ActingStats:
+  """What an actor process did, whatever it writes; `to_dict` is its
+  summary line (the fields of a subclass go in as they are)."""
   env_steps: int = 0
   episodes: int = 0
   """Finished episodes."""
-  episodes_written: int = 0
-  """Episodes the server confirmed."""
-  episodes_unconfirmed: int = 0
-  """Finished episodes not confirmed at the end (a stop while a write was
-  in flight or held back by the balance)."""
   policy_version: Optional[int] = None
   """Version of the weights acted with last; None: uniform actions only."""
   policy_updates: int = 0
   """Times newer weights were taken."""
   waiting_s: float = 0.0
-  """Seconds held back: unread episodes, first weights, slow writes."""
+  """Seconds held back: unread episodes or rollouts, first weights, slow
+  writes."""
   seconds: float = 0.0
   returns: list[float] = dataclasses.field(default_factory=list)
   stopped: str = ''
@@ -138,10 +136,11 @@ class ActorStats:
 
   def to_dict(self) -> dict[str, Any]:
     last = self.returns[-10:]
+    shared = {f.name for f in dataclasses.fields(ActingStats)}
     return {
         'env_steps': self.env_steps, 'episodes': self.episodes,
-        'episodes_written': self.episodes_written,
-        'episodes_unconfirmed': self.episodes_unconfirmed,
+        **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+           if f.name not in shared},
         'average_return_last_10': (round(float(np.mean(last)), 3) if last
                                    else None),
         'policy_version': self.policy_version,
@@ -150,6 +149,16 @@ class ActorStats:
                             if self.seconds else None),
         'waiting_s': round(self.waiting_s, 1),
         'seconds': round(self.seconds, 1), 'stopped': self.stopped}
+
+
+@dataclasses.dataclass
+class ActorStats(ActingStats):
+  """What an off-policy actor did."""
+  episodes_written: int = 0
+  """Episodes the server confirmed."""
+  episodes_unconfirmed: int = 0
+  """Finished episodes not confirmed at the end (a stop while a write was
+  in flight or held back by the balance)."""
 
 
 class Actor:
@@ -198,6 +207,7 @@ class Actor:
         client, config.table, max_unread_episodes=config.max_unread_episodes,
         timeout_s=config.timeout_s)
     self._weights_waiting_s = 0.0
+    self._publications_seen: Optional[int] = None
     self.stats = ActorStats()
 
   def _call(self, fn: Callable[[], Any], what: str) -> Any:
@@ -224,9 +234,17 @@ class Actor:
       ValueError: weights of another head or shape than this actor needs.
       ServerUnavailableError: no answer in time.
     """
+    # A fetch samples the whole weights item; when nothing was published
+    # since the last one, a look at the table's insert count is enough.
+    count = variables.publications(self._client,
+                                   table=self.config.variables_table,
+                                   timeout_s=self.config.timeout_s)
+    if count == self._publications_seen:
+      return False
     published = variables.fetch(self._client,
                                 table=self.config.variables_table,
                                 timeout_s=self.config.timeout_s)
+    self._publications_seen = count
     if published is None or published.version == self.stats.policy_version:
       return False
     policy = numpy_policy.NumpyPolicy(**published.weights)

@@ -32,6 +32,7 @@ import reverb
 
 from rlds_reverb import settings
 from rlds_reverb.acting import numpy_policy
+from rlds_reverb.acting import remote
 from rlds_reverb.acting import sender
 from rlds_reverb.acting import vector_rollouts
 from rlds_reverb.replay import rollout_queue
@@ -102,33 +103,10 @@ class RolloutActorConfig:
 
 
 @dataclasses.dataclass
-class RolloutActorStats:
-  """What an actor did; `to_dict` is its summary line."""
-  env_steps: int = 0
+class RolloutActorStats(remote.ActingStats):
+  """What an on-policy actor did."""
   rollouts: int = 0
   """Rollouts the server confirmed."""
-  episodes: int = 0
-  policy_version: Optional[int] = None
-  policy_updates: int = 0
-  waiting_s: float = 0.0
-  """Seconds held back: a full queue, the first weights."""
-  seconds: float = 0.0
-  returns: list[float] = dataclasses.field(default_factory=list)
-  stopped: str = ''
-
-  def to_dict(self) -> dict[str, Any]:
-    last = self.returns[-10:]
-    return {
-        'env_steps': self.env_steps, 'rollouts': self.rollouts,
-        'episodes': self.episodes,
-        'average_return_last_10': (round(float(np.mean(last)), 3) if last
-                                   else None),
-        'policy_version': self.policy_version,
-        'policy_updates': self.policy_updates,
-        'env_steps_per_s': (round(self.env_steps / self.seconds, 1)
-                            if self.seconds else None),
-        'waiting_s': round(self.waiting_s, 1),
-        'seconds': round(self.seconds, 1), 'stopped': self.stopped}
 
 
 def publish(client: reverb.Client, policy: numpy_policy.NumpyPolicy,

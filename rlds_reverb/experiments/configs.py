@@ -226,9 +226,10 @@ class OnlineConfig(OffPolicyConfig, ActorsConfig):
   """dqn: share of env_steps over which epsilon falls to epsilon_final."""
   table: str = ONLINE_TABLE
   """The episode table the actors write into."""
-  publish_every: int = setting(1000, lower=1, may_change=True)
+  publish_every: int = setting(10, lower=1, may_change=True)
   """num_actors 0: gradient steps between publications of the learner's
-  weights to the actors."""
+  weights to the actors, inside a phase too (actors that collect while the
+  learner trains act with weights at most this old)."""
 
   @property
   def gradient_steps(self) -> int:

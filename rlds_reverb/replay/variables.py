@@ -170,6 +170,20 @@ def publish(client: reverb.Client, weights: Any, version: int, *,
                             f'table {table!r}', address=client.server_address)
 
 
+def publications(client: reverb.Client, *, table: str = TABLE,
+                 timeout_s: float = tables.DEFAULT_TIMEOUT_S) -> int:
+  """How many times weights were published into `table` (Reverb's insert
+  count, kept by a server checkpoint): a reader that saw this count last
+  time has the newest weights already and need not sample them again.
+
+  Raises:
+    TableNotFoundError: the server has no table `table`.
+    ServerUnavailableError: no answer within `timeout_s`.
+  """
+  info = tables.get_table_info(client, table, timeout_s=timeout_s)
+  return int(info.rate_limiter_info.insert_stats.completed)
+
+
 def fetch(client: reverb.Client, *, table: str = TABLE,
           timeout_s: float = tables.DEFAULT_TIMEOUT_S) -> Optional[Published]:
   """The newest published weights, or None if none were published yet.
