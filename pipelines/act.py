@@ -212,6 +212,7 @@ def _act(config: remote.ActorConfig, stop: threading.Event) -> dict:
 
   def on_wait(kind, value):
     text = {'unread': f'{value:.0f} unread, learner behind',
+            'pace': 'paced: learner behind',
             'weights': f'no weights yet ({value:.0f}s)',
             'write': f'write pending {value:.0f}s'}[kind]
     if text != state['wait']:

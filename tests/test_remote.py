@@ -4,6 +4,7 @@ InvertedPendulum-v5 (MuJoCo): episodes of a few steps under uniform or
 constant actions, so each test runs many whole episodes in a second or two.
 """
 
+import threading
 import time
 import warnings
 
@@ -126,6 +127,50 @@ def test_takes_newly_published_weights(client, pendulum):
   # look at the insert count does for the rest).
   info = tables.get_table_info(client, variables.TABLE)
   assert info.rate_limiter_info.sample_stats.completed == 2
+
+
+def test_paced_actor_keeps_its_share_of_the_learners_schedule(client,
+                                                              pendulum):
+  """Two paced actors of InvertedPendulum (1000-step time limit): each
+  may run one episode's length past half the env steps the learner's
+  publication calls for, counted from where it joined."""
+  variables.publish(client, _constant(pendulum, 1.0), 1,
+                    info={'collect_target': 1000})
+  actor = _actor(client, pendulum, actors=2, max_env_steps=5000,
+                 policy_refresh_steps=10, max_unread_episodes=1000)
+  stop, held, result = threading.Event(), [], {}
+
+  def on_wait(kind, _):
+    if kind == 'pace':
+      held.append(actor.stats.env_steps)
+
+  def held_at(steps: int) -> bool:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+      if held and held[-1] == steps:
+        return True
+      time.sleep(0.05)
+    return False
+
+  def act():
+    result['stats'] = actor.run(should_stop=stop.is_set, on_wait=on_wait)
+
+  thread = threading.Thread(target=act, daemon=True)
+  thread.start()
+  try:
+    # Joined at 1000 / 2: one time limit (1000 steps) of lead, then held.
+    assert pendulum.max_episode_steps == 1000
+    assert held_at(1000), held[-3:]
+    # The learner moves on: 400 more env steps called for, 200 per actor.
+    variables.publish(client, _constant(pendulum, 1.0), 2,
+                      info={'collect_target': 1400})
+    assert held_at(1200), held[-3:]
+  finally:
+    stop.set()
+    thread.join(timeout=60)
+    actor.close()
+  assert max(held) == 1200
+  assert result['stats'].policy_version == 2
 
 
 def test_holds_back_while_the_learner_has_unread_episodes(client, pendulum):

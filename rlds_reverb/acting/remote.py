@@ -44,6 +44,10 @@ from rlds_reverb.replay import variables
 
 # The online learner's episode table (experiments.online.ONLINE_TABLE).
 EPISODE_TABLE = 'online'
+# Pacing: how often a paced actor looks for the learner's progress, and the
+# lead it keeps in an env without a time limit.
+_PACE_POLL_S = 0.02
+_EPISODE_STEPS_IF_UNLIMITED = 1000
 OnWait = sender.OnWait
 # on_episode(episode, policy version or None for uniform actions)
 OnEpisode = Callable[[rollout.Episode, Optional[int]], None]
@@ -96,6 +100,13 @@ class ActorConfig:
   otherwise hold still. The learner reads new episodes only once it has
   trained on those it has, so this bounds how far actors run ahead of its
   training."""
+  actors: int = settings.setting(1, lower=0)
+  """Actor processes that feed the learner, this one included. Each keeps
+  its env steps within its share (1/actors) of those the learner's
+  gradient steps call for, plus one episode per env copy, so actors
+  collect as the learner trains, with weights a few updates old, instead
+  of running ahead (Acme's rate limiter, step by step). 0: no pacing, only
+  max_unread_episodes."""
   exploration_noise: float = settings.setting(0.1, lower=0)
   """td3-style (deterministic) policies: std of the Gaussian action noise,
   in action units."""
@@ -208,6 +219,12 @@ class Actor:
         timeout_s=config.timeout_s)
     self._weights_waiting_s = 0.0
     self._publications_seen: Optional[int] = None
+    # Pacing: the env steps the learner's last publication calls for, and
+    # (own env steps, that target) when the first one came.
+    self._collect_target: Optional[int] = None
+    self._paced_from: Optional[tuple[int, int]] = None
+    self._lead_steps = config.num_envs * (self.specs.max_episode_steps or
+                                          _EPISODE_STEPS_IF_UNLIMITED)
     self.stats = ActorStats()
 
   def _call(self, fn: Callable[[], Any], what: str) -> Any:
@@ -252,7 +269,40 @@ class Actor:
     self.policy = policy
     self.stats.policy_version = published.version
     self.stats.policy_updates += 1
+    self._collect_target = published.info.get('collect_target')
     return True
+
+  def _ahead(self) -> bool:
+    """Whether this actor has taken its share of the env steps the
+    learner's last publication calls for, plus one episode per copy.
+
+    Counted from where the actor was when it first saw a target, so an
+    actor started (or restarted) late joins at the learner's position.
+    """
+    target, actors = self._collect_target, self.config.actors
+    if not actors or target is None:
+      return False
+    if self._paced_from is None:
+      self._paced_from = (self.stats.env_steps, target)
+    own_at_start, target_at_start = self._paced_from
+    position = target_at_start / actors + (self.stats.env_steps -
+                                           own_at_start)
+    return position >= target / actors + self._lead_steps
+
+  def _keep_pace(self, should_stop: Callable[[], bool],
+                 on_wait: Optional[OnWait]) -> bool:
+    """Waits while ahead of the learner; False if stopped first."""
+    start = time.monotonic()
+    try:
+      while self._ahead():
+        if on_wait is not None:
+          on_wait('pace', time.monotonic() - start)
+        if not sender.sleep(_PACE_POLL_S, should_stop):
+          return False
+        self.refresh()
+      return True
+    finally:
+      self._weights_waiting_s += time.monotonic() - start
 
   def _check_policy(self, policy: numpy_policy.NumpyPolicy,
                     version: int) -> None:
@@ -341,6 +391,9 @@ class Actor:
         if (self.policy is None and
             stats.env_steps >= config.initial_random_steps and
             not self._wait_for_weights(should_stop, on_wait)):
+          break
+        if (self.policy is not None and
+            not self._keep_pace(should_stop, on_wait)):
           break
         finished: list[rollout.Episode] = []
         before = stats.env_steps

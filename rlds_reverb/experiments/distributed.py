@@ -77,8 +77,12 @@ class RemotePhase:
     """The actors' next fetch gets the learner's weights of now."""
     learner = self._run.learner
     policy = self._run.policy
+    # What paced actors collect up to: the single-process schedule's env
+    # steps at this gradient step (`utd` per env step from `learn_from`).
+    collect_target = self._learn_from + int(learner.train_step / self._utd)
     variables.publish(self._client, policy, learner.train_step,
-                      info={'env_steps': int(learner.env_steps.numpy())},
+                      info={'env_steps': int(learner.env_steps.numpy()),
+                            'collect_target': collect_target},
                       timeout_s=self._timeout_s)
 
   def _train(self) -> None:
