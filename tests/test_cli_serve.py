@@ -120,8 +120,11 @@ def test_periodic_checkpoints_survive_kill_and_restart_on_same_port(
         "serve: the restored table 'rlds' keeps its checkpointed settings, "
         'which differ from the flags: max_size 1000 (asked 50); sampler '
         'uniform (asked fifo)')
-    client = tables.connect(address)
-    assert tables.get_table_info(client, 'rlds').current_size == items
+    # A generous deadline for a live server: under the suite's load the
+    # first call after a restart on a port in TIME_WAIT can take seconds.
+    client = tables.connect(address, timeout_s=30)
+    assert tables.get_table_info(client, 'rlds',
+                                 timeout_s=30).current_size == items
     # A clean stop with this client still connected...
     assert serve.stop() == 0, serve.stderr()
   finally:
