@@ -64,25 +64,46 @@ def make_tables(data_spec: Any, *, table: str = EPISODE_TABLE,
 
 
 @dataclasses.dataclass
-class ActorConfig:
-  """One actor process; each field is the `pipelines.act` flag of its name
-  (the flags are made from these fields)."""
-  KIND: ClassVar[str] = 'off-policy agents'
+class ActorProcessConfig:
+  """What every actor process is told, whichever kind of agent it serves;
+  each field is the `pipelines.act` flag of its name."""
   env: str = 'HalfCheetah-v5'
-  """gymnasium env id; the learner's. The episode table's signature must be
+  """gymnasium env id; the learner's. The actor's table's signature must be
   this env's trajectory spec."""
-  table: str = EPISODE_TABLE
-  """Episode table the actor writes into (an episode table: whole episodes,
-  read once by the learner's memory)."""
   variables_table: str = variables.TABLE
   """Table the learner publishes its policy weights into (max_size 1: the
   newest only)."""
-  num_envs: int = settings.setting(1, lower=1)
-  """Env copies this actor steps side by side (one policy call per step for
-  all of them)."""
   seed: int = settings.setting(0, lower=0)
   """Seed of the envs and the exploration; give each actor its own. Also
   names the log directory."""
+  max_env_steps: int = settings.setting(0, lower=0)
+  """Stop after N env steps, once every finished episode or rollout is
+  written; 0: run until SIGTERM / Ctrl-C."""
+  timeout_s: float = settings.setting(10.0, lower=0.1)
+  """Deadline of each call on the server; a server that does not answer
+  ends the actor with an error within about twice this (a write still
+  running after this long makes the actor ask the server whether it is
+  alive). A stop gives the write in flight this long."""
+  weights_timeout_s: float = settings.setting(600.0, lower=0.1)
+  """How long to wait for the learner's first weights (after any random
+  steps) before giving up with an error."""
+
+  def check(self) -> None:
+    """Raises ValueError for a setting out of range (the fields' bounds)."""
+    settings.check_bounds(self)
+
+
+@dataclasses.dataclass
+class ActorConfig(ActorProcessConfig):
+  """One off-policy actor process (the shared fields are
+  `ActorProcessConfig`'s)."""
+  KIND: ClassVar[str] = 'off-policy agents'
+  table: str = EPISODE_TABLE
+  """Episode table the actor writes into (an episode table: whole episodes,
+  read once by the learner's memory)."""
+  num_envs: int = settings.setting(1, lower=1)
+  """Env copies this actor steps side by side (one policy call per step for
+  all of them)."""
   policy_refresh_steps: int = settings.setting(10, lower=1)
   """Env steps between looks for newer weights: a look asks the weights
   table's insert count, and only a new publication is fetched."""
@@ -91,9 +112,6 @@ class ActorConfig:
   learner's initial_collect_steps divided by the number of actors
   reproduces a single-process run). Then the actor needs published
   weights."""
-  max_env_steps: int = settings.setting(0, lower=0)
-  """Stop after N env steps, once every finished episode is written; 0: run
-  until SIGTERM / Ctrl-C."""
   max_unread_episodes: int = settings.setting(2, lower=1)
   """Balance with the learner: write an episode only while fewer than N
   episodes in the table are unread by the learner (all actors together);
@@ -112,18 +130,6 @@ class ActorConfig:
   in action units."""
   epsilon: float = settings.setting(0.05, lower=0, upper=1)
   """dqn: probability of a uniform action."""
-  timeout_s: float = settings.setting(10.0, lower=0.1)
-  """Deadline of each call on the server; a server that does not answer
-  ends the actor with an error within about twice this (a write still
-  running after this long makes the actor ask the server whether it is
-  alive). A stop gives the write in flight this long."""
-  weights_timeout_s: float = settings.setting(600.0, lower=0.1)
-  """After the random steps, how long to wait for the learner to publish its
-  first weights before giving up with an error."""
-
-  def check(self) -> None:
-    """Raises ValueError for a setting out of range (the fields' bounds)."""
-    settings.check_bounds(self)
 
 
 @dataclasses.dataclass

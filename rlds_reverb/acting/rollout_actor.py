@@ -68,38 +68,17 @@ MakeStatistics = Callable[[Mapping[str, Any]], Statistics]
 
 
 @dataclasses.dataclass
-class RolloutActorConfig:
-  """One PPO / A2C actor process; each field is the `pipelines.act` flag of
-  its name."""
+class RolloutActorConfig(remote.ActorProcessConfig):
+  """One PPO / A2C actor process (the shared fields are
+  `remote.ActorProcessConfig`'s)."""
   KIND: ClassVar[str] = 'ppo and a2c'
-  env: str = 'HalfCheetah-v5'
-  """gymnasium env id; the learner's."""
   table: str = ROLLOUT_TABLE
   """The rollout queue the actor writes into (a queue: each rollout read
   once, pipelines.serve --env ENV --rollouts)."""
-  variables_table: str = variables.TABLE
-  """Table the learner publishes its weights, statistics and rollout
-  settings into."""
-  seed: int = settings.setting(0, lower=0)
-  """Seed of the envs and the exploration; give each actor its own. Also
-  names the log directory."""
-  max_env_steps: int = settings.setting(0, lower=0)
-  """Stop after N env steps (whole rollouts); 0: run until SIGTERM /
-  Ctrl-C."""
   max_unread_rollouts: int = settings.setting(1, lower=1)
   """Balance with the learner: collect a rollout only while fewer than N
   rollouts wait in the queue (all actors together), so each is at most
   about N + actors - 1 updates older than the learner's policy."""
-  timeout_s: float = settings.setting(10.0, lower=0.1)
-  """Deadline of each call on the server; one that does not answer ends
-  the actor with an error."""
-  weights_timeout_s: float = settings.setting(600.0, lower=0.1)
-  """How long to wait for the learner's first weights before giving up
-  with an error."""
-
-  def check(self) -> None:
-    """Raises ValueError for a setting out of range (the fields' bounds)."""
-    settings.check_bounds(self)
 
 
 @dataclasses.dataclass
