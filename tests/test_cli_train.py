@@ -168,8 +168,17 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
   assert first['env_steps'] == 1024 and first['train_step'] == 128
   assert first['average_return'] > 0
   for name in ('eval.jsonl', 'learning_curve.png', 'policy.npz',
-               'checkpoints', 'tensorboard', 'reverb'):
+               'policy/greedy/saved_model.pb',
+               'policy/collect/saved_model.pb', 'checkpoints', 'tensorboard',
+               'reverb'):
     assert os.path.exists(os.path.join(root, name)), name
+  # pipelines.evaluate reads the SavedModels and the npz alike.
+  scores = [json.loads(preloaded_cli.run(
+      'evaluate', '--policy', os.path.join(root, policy), '--env',
+      'CartPole-v1', '--episodes', '3', cwd=REPO, env=ENV,
+      timeout_s=TIMEOUT_S).stdout) for policy in ('policy', 'policy.npz')]
+  assert scores[0]['returns'] == scores[1]['returns']
+  assert scores[0]['episodes'] == 3 and scores[0]['normalized_score'] is None
   # Rerunning with a larger budget resumes: 2 more phases, not 6.
   second = _summary(_train(*common, '--steps', '1536'))
   assert second['env_steps'] == 1536 and second['train_step'] == 384

@@ -38,6 +38,7 @@ from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
 from rlds_reverb.agents import dqn
 from rlds_reverb.agents import export
+from rlds_reverb.agents import saved_policy
 from rlds_reverb.experiments import loop
 
 REVERB_CHECKPOINTS = 'reverb'
@@ -299,7 +300,8 @@ class Run:
     self.learner.save()
 
   def export(self, filename: str, **metadata: Any) -> str:
-    """Writes the greedy policy of now (with the goal normaliser)."""
+    """Writes the greedy policy of now (with the goal normaliser) as an
+    npz, and as TF-Agents SavedModels beside it."""
     policy = export_policy(self.agent, self.kind, self.specs,
                            **{**self.metadata, **metadata})
     # Offline data statistics the actor normalises with (TD3+BC).
@@ -312,6 +314,12 @@ class Run:
       policy.obs_mean, policy.obs_std, policy.obs_clip = statistics
     path = os.path.join(self.root_dir, filename)
     policy.save(path)
+    # The same policy for TF-Agents tools: <stem>/greedy, <stem>/collect
+    # (MLP policies; a recurrent one stays an npz).
+    if isinstance(policy, numpy_policy.NumpyPolicy):
+      saved_policy.save(policy, os.path.splitext(path)[0],
+                        goal_sizes=self.specs.goal_sizes,
+                        train_step=int(self.learner.train_step))
     return path
 
 
