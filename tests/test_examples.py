@@ -44,3 +44,25 @@ def test_cql_sac_offline_trains_saves_and_resumes(cheetah, tmp_path):
   second = _run('cql_sac_offline.py', root, *small,
                 'train_eval.num_gradient_updates=30')
   assert second['train_step'] == 30
+
+
+def test_sac_online_collects_polls_and_trains(tmp_path):
+  root = str(tmp_path / 'sac')
+  result = _run('sac_online.py', root, 'train_eval.env_name="Pendulum-v1"',
+                'train_eval.num_iterations=320',
+                'train_eval.initial_collect_steps=400',
+                'train_eval.batch_size=32',
+                'train_eval.actor_fc_layers=(16,)',
+                'train_eval.critic_joint_fc_layers=(16,)',
+                'train_eval.eval_interval=320', 'train_eval.eval_episodes=1',
+                'train_eval.policy_save_interval=320')
+  assert result['train_step'] == 320 and result['env_steps'] == 720
+  # Pendulum's episodes are 200 steps. The first is written in the random
+  # steps; the second is cut by the collect actor's reset (written at its
+  # first step); the third ends at env step 600 and is read by the
+  # buffer's poll at batch 201 (polls every 100 batches).
+  assert result['episodes_in_memory'] == 3
+  assert result['AverageEpisodeLength'] == 200
+  assert np.isfinite(result['AverageReturn'])
+  assert os.path.isfile(os.path.join(root, 'policies', 'collect_policy',
+                                     'saved_model.pb'))

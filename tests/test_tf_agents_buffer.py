@@ -162,9 +162,39 @@ def test_observer_writes_what_the_push_writes(server, data):
   assert observer.episodes == len(LENGTHS) and observer.dropped_steps == 0
   read = {}
   for table in ('episodes', 'observed'):
+    # Episodes come back in heap order, not written order, once read.
     reader = episode_table.EpisodeReader(client, table)
-    read[table] = [_key(e.data) for e in reader.read_all()]
+    read[table] = collections.Counter(_key(e.data) for e in
+                                      reader.read_all())
   assert read['observed'] == read['episodes']
+  assert sum(read['observed'].values()) == len(LENGTHS)
+
+
+def test_observer_writes_an_episode_cut_by_a_reset(server, data):
+  """A new TF-Agents Actor resets its env: the episode under way gets no
+  boundary, and ends at its last observation."""
+  _, client, _ = server
+  client.reset('observed')
+  trajectories = [tree.map_structure(lambda x: x.numpy(), t) for t in
+                  rlds_reverb.convert_rlds_to_trajectories(data)]
+  first = LENGTHS[0]
+  observer = episode_observer.EpisodeObserver(client, 'observed')
+  for i, trajectory in enumerate(trajectories[:first + LENGTHS[1]]):
+    if i != first - 1:  # The first episode's boundary never comes.
+      observer(trajectory)
+  observer.close()
+  assert (observer.episodes, observer.cut_episodes,
+          observer.dropped_steps) == (2, 1, 1)
+  cut, whole = sorted(  # Shortest first: heap order is not write order.
+      episode_table.EpisodeReader(client, 'observed').read_all(),
+      key=lambda e: len(e.data.step_type))
+  np.testing.assert_array_equal(cut.data.step_type, [0, 1, 1, 2])
+  np.testing.assert_array_equal(cut.data.next_step_type, [1, 1, 2, 0])
+  np.testing.assert_array_equal(
+      cut.data.observation,
+      np.stack([t.observation for t in trajectories[:first - 1]]))
+  assert len(whole.data.step_type) == LENGTHS[1]
+  client.reset('observed')
 
 
 def test_observer_refuses_a_batch_of_envs(server, data):

@@ -25,6 +25,7 @@ from rlds_reverb.replay import episode_table
 from rlds_reverb.storage import tables
 from rlds_reverb.storage import writers
 
+_FIRST = int(ts.StepType.FIRST)
 _LAST = int(ts.StepType.LAST)
 
 
@@ -33,8 +34,10 @@ class EpisodeObserver:
 
   Use it as any TF-Agents observer: `py_driver.PyDriver(env, policy,
   observers=[observer])`, `actor.Actor(..., observers=[observer])`, or a TF
-  driver over a `TFPyEnvironment` of one env. Call `close()` at the end
-  (an unfinished episode is counted in `dropped_steps`, not written).
+  driver over a `TFPyEnvironment` of one env. An episode cut by a reset
+  (a FIRST step before its boundary) is written as ending at its last
+  observation; call `close()` at the end (an unfinished episode is
+  counted in `dropped_steps`, not written).
   """
 
   def __init__(self, client: reverb.Client, table: str, *,
@@ -44,12 +47,14 @@ class EpisodeObserver:
     self._specs = tf.nest.flatten(signature)  # [T, ...] per field
     paths = [path for path, _ in tree.flatten_with_path(signature)]
     self._step_type_index = paths.index(('step_type',))
+    self._next_step_type_index = paths.index(('next_step_type',))
     self._structure = signature
     self._table = table
     self._writer = writers.EpisodeWriter(
         client, table, priority=episode_table.UNREAD, timeout_s=timeout_s)
     self._steps: List[List[np.ndarray]] = []
     self.episodes = 0
+    self.cut_episodes = 0  # written without their last transition
     self.dropped_steps = 0
 
   def _flatten(self, trajectory: Any) -> List[np.ndarray]:
@@ -75,19 +80,47 @@ class EpisodeObserver:
 
   def __call__(self, trajectory: Any) -> None:
     flat = self._flatten(trajectory)
+    step_type = int(flat[self._step_type_index])
+    if step_type == _FIRST and self._steps:
+      # The env was reset mid-episode (a new `Actor` resets it on
+      # creation): the episode so far ends there, cut.
+      self._write_cut()
     self._steps.append(flat)
-    if int(np.asarray(trajectory.step_type).reshape(-1)[0]) != _LAST:
-      return
-    columns = [np.stack(column) for column in zip(*self._steps)]
-    step_type = columns[self._step_type_index].astype(np.int32)
-    self._steps = []
-    self._writer.write(columns, step_type)
+    if step_type == _LAST:
+      self._write(self._steps)
+      self._steps = []
+
+  def _write(self, steps: List[List[np.ndarray]]) -> None:
+    columns = [np.stack(column) for column in zip(*steps)]
+    self._writer.write(columns, columns[self._step_type_index].astype(
+        np.int32))
     self._writer.flush()
     self.episodes += 1
 
+  def _write_cut(self) -> None:
+    """Writes an episode that got no boundary as one cut at its last
+    observation: that step becomes its LAST step (a truncation, so the
+    transition into it keeps its discount), and the one transition that
+    would have left it is lost (counted in `dropped_steps`)."""
+    steps, self._steps = self._steps, []
+    self.dropped_steps += 1
+    if len(steps) < 2:
+      return
+    steps = [list(step) for step in steps]
+    steps[-1][self._step_type_index] = np.asarray(_LAST, np.int32)
+    steps[-1][self._next_step_type_index] = np.asarray(_FIRST, np.int32)
+    steps[-2][self._next_step_type_index] = np.asarray(_LAST, np.int32)
+    self.cut_episodes += 1
+    self._write(steps)
+
   def reset(self, write_cached_steps: bool = False) -> None:
-    """Drops the unfinished episode (TF-Agents' observers' reset)."""
-    del write_cached_steps  # Only whole episodes are items here.
+    """Ends the unfinished episode (TF-Agents' observers' reset): written
+    as cut at its last observation with `write_cached_steps`, else dropped
+    and counted in `dropped_steps`."""
+    if write_cached_steps:
+      if self._steps:
+        self._write_cut()
+      return
     self.dropped_steps += len(self._steps)
     self._steps = []
 

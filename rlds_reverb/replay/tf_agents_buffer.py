@@ -332,6 +332,13 @@ class MemoryReplayBuffer(replay_buffer.ReplayBuffer):
       return experience, info
 
     dataset = tf.data.Dataset.from_tensors(0).repeat().map(draw)
+    # Each element is drawn when asked for: a prefetch that tf.data would
+    # inject on its own draws ahead from a memory that has not yet read the
+    # newest episodes, nor the newest priorities (add one explicitly to
+    # overlap drawing with training).
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    dataset = dataset.with_options(options)
     if sample_batch_size is None:
       dataset = dataset.unbatch()
     return dataset
