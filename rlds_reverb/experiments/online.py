@@ -306,10 +306,11 @@ class OnlineBuilder:
                           on_eval=self._on_eval)
 
       def snapshot(env_steps):
+        # Snapshots are behaviour policies for recording: npz only.
         record = this_run.last_record
         this_run.export(os.path.join(
             run.POLICY_SNAPSHOTS, f'step_{env_steps:08d}.npz'),
-                        env_steps=env_steps, train_step=learner.train_step,
+                        saved_model=False, env_steps=env_steps, train_step=learner.train_step,
                         eval=(record if record.get('env_steps') == env_steps
                               else None))
 

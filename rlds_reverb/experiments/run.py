@@ -299,9 +299,10 @@ class Run:
       tables.checkpoint(client)
     self.learner.save()
 
-  def export(self, filename: str, **metadata: Any) -> str:
+  def export(self, filename: str, *, saved_model: bool = True,
+             **metadata: Any) -> str:
     """Writes the greedy policy of now (with the goal normaliser) as an
-    npz, and as TF-Agents SavedModels beside it."""
+    npz, and (`saved_model`) as TF-Agents SavedModels beside it."""
     policy = export_policy(self.agent, self.kind, self.specs,
                            **{**self.metadata, **metadata})
     # Offline data statistics the actor normalises with (TD3+BC).
@@ -316,7 +317,7 @@ class Run:
     policy.save(path)
     # The same policy for TF-Agents tools: <stem>/greedy, <stem>/collect
     # (MLP policies; a recurrent one stays an npz).
-    if isinstance(policy, numpy_policy.NumpyPolicy):
+    if saved_model and isinstance(policy, numpy_policy.NumpyPolicy):
       saved_policy.save(policy, os.path.splitext(path)[0],
                         goal_sizes=self.specs.goal_sizes,
                         train_step=int(self.learner.train_step))
