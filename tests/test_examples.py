@@ -66,3 +66,34 @@ def test_sac_online_collects_polls_and_trains(tmp_path):
   assert np.isfinite(result['AverageReturn'])
   assert os.path.isfile(os.path.join(root, 'policies', 'collect_policy',
                                      'saved_model.pb'))
+
+
+def test_dqn_per_weights_updates_and_evaluates(tmp_path):
+  root = str(tmp_path / 'dqn')
+  result = _run('dqn_per.py', root, 'train_eval.num_iterations=200',
+                'train_eval.initial_collect_steps=300',
+                'train_eval.batch_size=32', 'train_eval.fc_layer_params=(16,)',
+                'train_eval.eval_interval=200', 'train_eval.eval_episodes=2',
+                'train_eval.checkpoint_interval=100')
+  assert result['train_step'] == 200 and result['env_steps'] == 500
+  # The drawn transitions got their own |td_error| + eps priorities.
+  assert result['distinct_priorities'] > 32
+  assert np.isfinite(result['AverageReturn'])
+  assert os.path.isfile(os.path.join(root, 'policies', 'greedy_policy',
+                                     'saved_model.pb'))
+
+
+def test_td3_her_on_fetch_reach_relabels_and_evaluates(tmp_path):
+  root = str(tmp_path / 'td3_her')
+  result = _run('td3_her.py', root, 'train_eval.num_iterations=150',
+                'train_eval.initial_collect_steps=100',
+                'train_eval.batch_size=32',
+                'train_eval.fc_layer_params=(16,)',
+                'train_eval.eval_interval=150', 'train_eval.eval_episodes=2',
+                'train_eval.checkpoint_interval=150')
+  assert result['train_step'] == 150
+  # FetchReach's episodes are 50 steps: 2 random ones (the second cut by
+  # the collect actor's reset), then 2 collected by the poll at batch 101.
+  assert result['episodes_in_memory'] == 4
+  assert result['AverageEpisodeLength'] == 50
+  assert -50 <= result['AverageReturn'] <= 0
