@@ -7,7 +7,7 @@ TF-Agents' `examples/cql_sac/kumar20/cql_sac_train_eval.py` loads with
 `ReverbReplayBuffer.as_dataset`. Here the same agent, networks and
 `tf_agents.train.Learner` train from the whole dataset: it goes into a
 Reverb episode table once (`rlds_reverb.push_rlds_to_table`, terminal
-discounts fixed) and `MemoryReplayBuffer.as_dataset` draws the batches in
+discounts fixed) and `MemoryReplayBuffer.as_draws` draws the batches in
 memory. docs/tf_agents.md shows the lines that change and why.
 
   python examples/cql_sac_offline.py --root_dir /tmp/cql \
@@ -117,8 +117,7 @@ def train_eval(root_dir: str,
   saved_model_dir = os.path.join(root_dir, learner.POLICY_SAVED_MODEL_DIR)
   agent_learner = learner.Learner(
       root_dir, train_step, agent,
-      experience_dataset_fn=lambda: buffer.as_dataset(batch_size,
-                                                      num_steps=2),
+      experience_dataset_fn=lambda: buffer.as_draws(batch_size, 2),
       triggers=[triggers.PolicySavedModelTrigger(
           saved_model_dir, agent, train_step,
           interval=policy_save_interval),

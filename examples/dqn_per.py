@@ -103,7 +103,7 @@ def train_eval(root_dir: str,
       config=per.PerConfig(alpha=alpha, beta0=beta0,
                            beta_steps=num_iterations))
   weighted = tf_agents_buffer.importance_weighted(
-      buffer.as_dataset(batch_size, num_steps=2), buffer, train_step)
+      buffer.as_draws(batch_size, 2), buffer, train_step)
 
   agent_learner = learner.Learner(
       root_dir, train_step, agent,

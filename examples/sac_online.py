@@ -111,8 +111,7 @@ def train_eval(root_dir: str,
   saved_model_dir = os.path.join(root_dir, learner.POLICY_SAVED_MODEL_DIR)
   agent_learner = learner.Learner(
       root_dir, train_step, agent,
-      experience_dataset_fn=lambda: buffer.as_dataset(batch_size,
-                                                      num_steps=2),
+      experience_dataset_fn=lambda: buffer.as_draws(batch_size, 2),
       triggers=[triggers.PolicySavedModelTrigger(
           saved_model_dir, agent, train_step,
           interval=policy_save_interval),

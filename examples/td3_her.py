@@ -124,8 +124,7 @@ def train_eval(root_dir: str,
 
   agent_learner = learner.Learner(
       root_dir, train_step, agent,
-      experience_dataset_fn=lambda: buffer.as_dataset(batch_size,
-                                                      num_steps=2),
+      experience_dataset_fn=lambda: buffer.as_draws(batch_size, 2),
       checkpoint_interval=checkpoint_interval)
   view = buffer.observation_fn()
   env_spec = collect_env.time_step_spec()

@@ -280,6 +280,28 @@ def test_learner_trains_checkpoints_and_restores(cartpole, tmp_path):
   srv.stop()
 
 
+def test_in_graph_draws_feed_the_learner(cartpole, tmp_path):
+  srv, client = _cartpole_table(cartpole)
+  buffer = tf_agents_buffer.MemoryReplayBuffer.uniform(client, 'dqn')
+  draws = buffer.as_draws(32, num_steps=2)
+  assert draws.element_spec == buffer.as_dataset(32, num_steps=2).element_spec
+  agent = _dqn_agent(cartpole)
+  learner = tf_learner.Learner(str(tmp_path), agent.train_step_counter,
+                               agent, experience_dataset_fn=lambda: draws)
+  learner.run(iterations=5)
+  assert learner.train_step_numpy == 5
+  # Weighted, as for PER: a map of the draws, as of a dataset.
+  prioritized = tf_agents_buffer.MemoryReplayBuffer.prioritized(
+      client, 'dqn', batch_size=32,
+      config=per.PerConfig(beta_steps=100))
+  weighted = tf_agents_buffer.importance_weighted(
+      prioritized.as_draws(32), prioritized, agent.train_step_counter)
+  element, info = next(iter(weighted))
+  assert element['weights'].shape == (32,)
+  assert element['experience'].observation.shape == (32, 2, 4)
+  srv.stop()
+
+
 def test_prioritized_weights_and_updates_through_the_learner(cartpole,
                                                             tmp_path):
   srv, client = _cartpole_table(cartpole, episodes=4, length=10)

@@ -343,6 +343,25 @@ class MemoryReplayBuffer(replay_buffer.ReplayBuffer):
       dataset = dataset.unbatch()
     return dataset
 
+  def as_draws(self, sample_batch_size: int, num_steps: int = 2
+               ) -> 'InGraphDraws':
+    """What `as_dataset` yields, drawn inside the consumer's own graph.
+
+    For `Learner(..., experience_dataset_fn=lambda: buffer.as_draws(B,
+    2))`: the Learner's train function calls `next()` on it while it is
+    traced, so each batch is drawn by ops of the train step itself, as the
+    toolkit's own learners draw, with no tf.data pipeline between. Same
+    element spec as `as_dataset(B, num_steps)`.
+    """
+    num_steps = self._check_num_steps(num_steps)
+    self._prepare(sample_batch_size, num_steps)
+
+    def draw():
+      with tf.control_dependencies([self._maybe_poll()]):
+        return self._draw(sample_batch_size, num_steps)
+    return InGraphDraws(draw, self.as_dataset(
+        sample_batch_size, num_steps=num_steps).element_spec)
+
   def _single_deterministic_pass_dataset(self, sample_batch_size=None,
                                          num_steps=None,
                                          sequence_preprocess_fn=None,
@@ -388,6 +407,33 @@ class MemoryReplayBuffer(replay_buffer.ReplayBuffer):
     return dataset
 
 
+class InGraphDraws:
+  """An iterable of batches drawn by graph ops where `next()` is called:
+  a stand-in for a `tf.data.Dataset` in `Learner`'s
+  `experience_dataset_fn` (it has `element_spec`, `map` and iteration,
+  nothing else)."""
+
+  def __init__(self, draw: Callable[[], Any], element_spec: Any):
+    self._draw, self.element_spec = draw, element_spec
+
+  def map(self, fn: Callable[..., Any]) -> 'InGraphDraws':
+    """Applies `fn(*element)` to each batch, as `Dataset.map` does."""
+    draw = self._draw
+    mapped = lambda: fn(*draw())
+    spec = tf.nest.map_structure(
+        lambda s: s, tf.function(mapped).get_concrete_function()
+        .structured_outputs)
+    spec = tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape, t.dtype), spec)
+    return InGraphDraws(mapped, spec)
+
+  def __iter__(self) -> 'InGraphDraws':
+    return self
+
+  def __next__(self) -> Any:
+    return self._draw()
+
+
 def _settings(client: reverb.Client, table: str, capacity: Optional[int],
               n_step: int, gamma: float, batch_size: int) -> variants.Settings:
   episode_table.check_episode_table(client, table)
@@ -420,13 +466,13 @@ class PriorityUpdate:
     feed.update(tf.cast(info.key[:, 0], tf.int32), priorities)
 
 
-def importance_weighted(dataset: tf.data.Dataset, buffer: MemoryReplayBuffer,
-                        train_step: tf.Variable) -> tf.data.Dataset:
+def importance_weighted(dataset: Any, buffer: MemoryReplayBuffer,
+                        train_step: tf.Variable) -> Any:
   """Elements `(dict(experience=..., weights=w), info)` with PER weights
   (N * P(i))^-beta / max, beta annealed from `PerConfig.beta0` to 1 over
   `beta_steps` of `train_step`: for `Learner(...,
   use_kwargs_in_agent_train=True)`, which calls `agent.train(experience,
-  weights=w)`."""
+  weights=w)`. `dataset`: `as_dataset`'s or `as_draws`'."""
   config = buffer.replay.config
   if config.beta_steps is None:
     raise ValueError('PerConfig.beta_steps is unset: give the gradient '
