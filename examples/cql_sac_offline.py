@@ -39,6 +39,7 @@ from rlds_reverb.acting import tf_agents_env
 from rlds_reverb.data import datasets
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import tf_agents_buffer
+from rlds_reverb.storage import tables
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('root_dir', None, 'Where checkpoints, policies and '
@@ -75,7 +76,7 @@ def train_eval(root_dir: str,
   # The toolkit: the whole dataset into an episode table, drawn in memory.
   rlds_data = datasets.load(dataset)
   spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  server = reverb.Server([episode_table.make_table(
+  server = tables.start_server([episode_table.make_table(
       'episodes', spec, max_episodes=10_000_000)])
   client = reverb.Client(f'localhost:{server.port}')
   rlds_reverb.push_rlds_to_table(

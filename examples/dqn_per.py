@@ -38,6 +38,7 @@ from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import per
 from rlds_reverb.replay import tf_agents_buffer
+from rlds_reverb.storage import tables
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('root_dir', None, 'Where checkpoints, policies and '
@@ -87,7 +88,7 @@ def train_eval(root_dir: str,
 
   # The toolkit: an episode table with its priority side table, filled by
   # the actors' observer; PER drawn in memory.
-  server = reverb.Server([
+  server = tables.start_server([
       episode_table.make_table(
           'episodes', tensor_spec.from_spec(agent.collect_data_spec),
           max_episodes=replay_capacity),

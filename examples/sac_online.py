@@ -39,6 +39,7 @@ from rlds_reverb.acting import tf_agents_env
 from rlds_reverb.replay import episode_observer
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import tf_agents_buffer
+from rlds_reverb.storage import tables
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('root_dir', None, 'Where checkpoints, policies and '
@@ -94,7 +95,7 @@ def train_eval(root_dir: str,
 
   # The toolkit: an episode table, filled by the actors' observer, drawn
   # in memory (new episodes read every 100 batches).
-  server = reverb.Server([episode_table.make_table(
+  server = tables.start_server([episode_table.make_table(
       'episodes', tensor_spec.from_spec(agent.collect_data_spec),
       max_episodes=max(replay_capacity // 10, 1))])
   client = reverb.Client(f'localhost:{server.port}')

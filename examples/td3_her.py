@@ -39,6 +39,7 @@ from rlds_reverb.replay import episode_observer
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import her
 from rlds_reverb.replay import tf_agents_buffer
+from rlds_reverb.storage import tables
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('root_dir', None, 'Where checkpoints, policies and '
@@ -109,7 +110,7 @@ def train_eval(root_dir: str,
       action=action_spec, policy_info=(),
       next_step_type=env_time_step_spec.step_type,
       reward=env_time_step_spec.reward, discount=env_time_step_spec.discount)
-  server = reverb.Server([episode_table.make_table(
+  server = tables.start_server([episode_table.make_table(
       'episodes', episode_spec, max_episodes=replay_capacity // 50)])
   client = reverb.Client(f'localhost:{server.port}')
   observer = episode_observer.EpisodeObserver(client, 'episodes')

@@ -21,6 +21,8 @@ def _run(script: str, root: str, *bindings: str) -> dict:
       capture_output=True, text=True, cwd=REPO, env=ENV, timeout=TIMEOUT_S,
       check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  # Its Reverb server says that it listens on every interface.
+  assert 'listens on all interfaces' in proc.stderr
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
