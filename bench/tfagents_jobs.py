@@ -14,12 +14,19 @@ unchanged) on the same agent, with `experience_dataset_fn` giving:
                      made by ops of the Learner's own train function
   in_memory          16 batches drawn once, read in turn from a constant
                      dataset: the learner's own speed
+  toolkit_loop       not TF-Agents' Learner: the toolkit's own
+                     `experiments.loop.Learner.train` on the same agent and
+                     the same in-graph draws (what `pipelines.train` runs),
+                     to weigh moving the toolkit onto TF-Agents' Learner
 
 Data: `--transitions` halfcheetah-shaped transitions (observation 17,
 action 6) for sac, td3 and cql_sac; CartPole-shaped ones (observation 4,
 two actions) for dqn, which also runs `rlds_reverb_per`: the prioritized
 buffer with importance weights in and `PriorityUpdate` out
-(`per_vs_uniform` = rlds_reverb_per / rlds_reverb). Agents: TF-Agents'
+(`per_vs_uniform` = rlds_reverb_per / rlds_reverb) and
+`rlds_reverb_per_in_graph`, the same through `as_draws`
+(`per_vs_uniform_in_graph` = rlds_reverb_per_in_graph /
+rlds_reverb_in_graph). Agents: TF-Agents'
 SacAgent, Td3Agent, CqlSacAgent (2x256 actor, 2x256 critic) and DqnAgent
 (2x256), batch `--batch_size`. Rates are medians over `--rounds` turns of
 `--seconds` each, the feeds taking turns so noise falls on all alike.
@@ -63,6 +70,7 @@ from tf_agents.train.utils import train_utils
 from tf_agents.trajectories import time_step as ts
 
 import rlds_reverb
+from rlds_reverb.experiments import loop
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
 from rlds_reverb.replay import per
@@ -186,6 +194,23 @@ def _rates(agent, sources: dict, args, learner_kwargs: dict) -> dict:
   return {name: round(statistics.median(r), 1) for name, r in rates.items()}
 
 
+def _toolkit_loop_rate(agent, draws, args) -> float:
+  """The toolkit's own loop (`experiments.loop.Learner.train`): steps/s
+  on `draws`, the batches of an `as_draws`."""
+  learner = loop.Learner(agent, tempfile.mkdtemp(),
+                         summary_interval=10**9)
+  source = lambda: next(draws)[0]  # The Trajectory; not the SampleInfo.
+  learner.train(source, 2)  # Trace.
+  rates = []
+  for _ in range(args.rounds):
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < args.seconds:
+      learner.train(source, args.iterations)
+      calls += 1
+    rates.append(calls * args.iterations / (time.perf_counter() - start))
+  return round(statistics.median(rates), 1)
+
+
 def _continuous(args, kinds: list) -> dict:
   rlds_data = make_rlds(args.transitions // (EPISODE_STEPS - 1),
                         EPISODE_STEPS)
@@ -209,6 +234,8 @@ def _continuous(args, kinds: list) -> dict:
         'rlds_reverb': lambda: _ours(buffer, batch, args),
         'rlds_reverb_in_graph': lambda: buffer.as_draws(batch, 2),
         'in_memory': lambda: _premade(buffer, batch)}, args, {})
+    out[kind]['toolkit_loop'] = _toolkit_loop_rate(
+        agent, buffer.as_draws(batch, 2), args)
     print(f'{kind}: {out[kind]}', file=sys.stderr, flush=True)
   server.stop()
   return out
@@ -241,12 +268,18 @@ def _dqn(args) -> dict:
       'rlds_reverb_in_graph': lambda: buffer.as_draws(batch, 2),
       'in_memory': lambda: _premade(buffer, batch),
       'rlds_reverb_per': lambda: (weighted.prefetch(args.prefetch)
-                                  if args.prefetch else weighted)}, args, {
-          'rlds_reverb_per': dict(
+                                  if args.prefetch else weighted),
+      'rlds_reverb_per_in_graph': lambda: tf_agents_buffer.importance_weighted(
+          prioritized.as_draws(batch, 2), prioritized,
+          agent.train_step_counter)}, args, {
+          name: dict(
               after_train_strategy_step_fn=tf_agents_buffer.PriorityUpdate(
                   prioritized),
               use_kwargs_in_agent_train=True,
-              run_optimizer_variable_init=False)})
+              run_optimizer_variable_init=False)
+          for name in ('rlds_reverb_per', 'rlds_reverb_per_in_graph')})
+  rates['toolkit_loop'] = _toolkit_loop_rate(
+      agent, buffer.as_draws(batch, 2), args)
   print(f'dqn: {rates}', file=sys.stderr, flush=True)
   server.stop()
   return rates
@@ -290,7 +323,13 @@ def main() -> None:
   if 'dqn' in steps:
     result['per_vs_uniform'] = round(
         steps['dqn']['rlds_reverb_per'] / steps['dqn']['rlds_reverb'], 3)
+    result['per_vs_uniform_in_graph'] = round(
+        steps['dqn']['rlds_reverb_per_in_graph'] /
+        steps['dqn']['rlds_reverb_in_graph'], 3)
     targets['dqn per_vs_uniform >= 0.8'] = result['per_vs_uniform'] >= 0.8
+  result['toolkit_loop_vs_tf_agents_learner'] = {
+      k: round(v['toolkit_loop'] / v['rlds_reverb_in_graph'], 3)
+      for k, v in steps.items()}
   result.update(
       targets=targets, transitions=args.transitions, prefetch=args.prefetch,
       batch_size=args.batch_size, seconds=args.seconds, rounds=args.rounds,

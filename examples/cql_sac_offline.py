@@ -35,6 +35,7 @@ from tf_agents.train import triggers
 from tf_agents.train.utils import train_utils
 
 import rlds_reverb
+from rlds_reverb.acting import envs
 from rlds_reverb.acting import tf_agents_env
 from rlds_reverb.data import datasets
 from rlds_reverb.replay import episode_table
@@ -62,6 +63,7 @@ def train_eval(root_dir: str,
                cql_alpha: float = 5.0,
                num_cql_samples: int = 10,
                bc_steps: int = 10_000,
+               softmax_temperature: float = 1.0,
                reward_scale_factor: float = 1.0,
                policy_save_interval: int = 10_000,
                eval_interval: int = 10_000,
@@ -104,10 +106,13 @@ def train_eval(root_dir: str,
   agent = cql_sac_agent.CqlSacAgent(
       time_step_spec, action_spec, actor_network=actor_net,
       critic_network=critic_net,
-      actor_optimizer=tf.keras.optimizers.Adam(actor_learning_rate),
-      critic_optimizer=tf.keras.optimizers.Adam(learning_rate),
-      alpha_optimizer=tf.keras.optimizers.Adam(learning_rate),
+      # Legacy Adam checkpoints its moments per variable: the new one keeps
+      # them by position, and a restored run could swap the two critics'.
+      actor_optimizer=tf.keras.optimizers.legacy.Adam(actor_learning_rate),
+      critic_optimizer=tf.keras.optimizers.legacy.Adam(learning_rate),
+      alpha_optimizer=tf.keras.optimizers.legacy.Adam(learning_rate),
       cql_alpha=cql_alpha, num_cql_samples=num_cql_samples,
+      softmax_temperature=softmax_temperature, random_seed=seed,
       include_critic_entropy_term=False, use_lagrange_cql_alpha=False,
       target_update_tau=0.005, target_update_period=1,
       td_errors_loss_fn=tf.math.squared_difference, gamma=0.99,
@@ -141,6 +146,10 @@ def train_eval(root_dir: str,
         agent_learner.train_step_numpy >= num_gradient_updates):
       eval_actor.run_and_log()
       metrics = {m.name: float(m.result()) for m in eval_actor.metrics}
+      metrics['normalized_score'] = envs.normalized_score(
+          env_name, metrics['AverageReturn'])  # D4RL's; None: no reference
+      print(json.dumps({'train_step': int(agent_learner.train_step_numpy),
+                        **metrics}), flush=True)
   server.stop()
   return {'train_step': int(agent_learner.train_step_numpy), **metrics}
 
