@@ -61,6 +61,13 @@ _MAX_EPISODE_STEPS = flags.DEFINE_integer(
     'max_episode_steps', None, 'Time limit in env steps; episodes that hit '
     'it are stored as truncated (is_last without is_terminal). Default: the '
     "env's registered limit (1000 for HalfCheetah-v5).")
+_ENCODING = flags.DEFINE_enum(
+    'encoding', 'rlds', list(recording.ENCODINGS),
+    'rlds: discount 1.0 on every step, terminations in is_terminal. '
+    "tfds_d4rl: TFDS's d4rl_mujoco_* encoding (discount 0.0 on the last "
+    'real step of a terminated episode and on every last step), as '
+    'd4rl_mujoco_hopper users get it. Both hold the same steps and give '
+    'the same transitions (docs/datasets.md).')
 _OVERWRITE = flags.DEFINE_bool(
     'overwrite', False, 'Replace --out if it already holds generated data.')
 
@@ -81,7 +88,8 @@ def main(argv: list[str]) -> None:
         _ENV.value, _POLICY.value, _EPISODES.value, _OUT.value,
         seed=_SEED.value, num_envs=_NUM_ENVS.value,
         max_episode_steps=_MAX_EPISODE_STEPS.value,
-        overwrite=_OVERWRITE.value, dataset_kind=_DATASET_KIND.value)
+        overwrite=_OVERWRITE.value, dataset_kind=_DATASET_KIND.value,
+        encoding=_ENCODING.value)
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
   seconds = time.perf_counter() - start

@@ -78,3 +78,18 @@ def test_cli_errors_are_one_line(tmp_path):
     assert _CLI_ERRORS[name][1] in errors[0], (name, errors)
     assert not (tmp_path / name / '.complete').exists(), name
   assert (tmp_path / 'out_not_empty' / 'x').read_text() == 'x'
+
+
+def test_cli_writes_the_tfds_d4rl_encoding(tmp_path):
+  out = tmp_path / 'hopper'
+  proc = preloaded_cli.run(
+      'generate', '--env', 'Hopper-v5', '--episodes', '12', '--num_envs', '2',
+      '--max_episode_steps', '12', '--seed', '3', '--encoding', 'tfds_d4rl',
+      '--out', str(out), cwd=REPO, env=os.environ, timeout_s=300)
+  assert proc.returncode == 0, proc.stderr
+  episodes = _episodes(str(out))
+  ended = [bool(steps['is_terminal'][-1]) for steps in episodes]
+  assert any(ended) and not all(ended)  # Random hoppers fall, or time out.
+  for steps, terminated in zip(episodes, ended):
+    assert steps['discount'][-1] == 0
+    assert steps['discount'][-2] == (0 if terminated else 1)

@@ -24,6 +24,7 @@ import os
 import pathlib
 import re
 import struct
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -31,6 +32,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import downloader as tfds_downloader
 from tensorflow_datasets.core.utils import gcs_utils
+
+from rlds_reverb.data import d4rl_format
 
 _INFO_FILE = 'dataset_info.json'
 # <dir>/<name>/<config>/<version>/dataset_info.json is 3 levels below <dir>.
@@ -474,7 +477,8 @@ def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
     name_or_path: TFDS name (`d4rl_mujoco_halfcheetah/v2-medium`), local
       TFDS-format directory (e.g. the `--out` of `pipelines.generate`), or
       `minari:` and a Minari dataset id (`minari:mujoco/halfcheetah/
-      medium-v0`; see `rlds_reverb.data.minari_source.load`).
+      medium-v0`; see `rlds_reverb.data.minari_source.load`), or a D4RL
+      .hdf5 / .npz file of flat rows (`rlds_reverb.data.d4rl_format`).
     split: TFDS split spec, e.g. `train` or `train[:10]`; only `train` for
       Minari datasets.
     data_dir: TFDS data dir for names (Minari's data root for `minari:`
@@ -502,6 +506,11 @@ def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
     from rlds_reverb.data import minari_source  # pylint: disable=g-import-not-at-top
     return minari_source.load(name_or_path, split=split, data_dir=data_dir,
                               download=download)
+  if d4rl_format.is_arrays_file(name_or_path):
+    if split != 'train':
+      raise ValueError(f'{name_or_path}: D4RL arrays have one split, '
+                       f"'train'; got {split!r}")
+    return d4rl_format.load(name_or_path)
   builder = make_builder(name_or_path, data_dir=data_dir, download=download)
   known = set(builder.info.splits.keys())
   for part in split.split('+'):
@@ -511,4 +520,9 @@ def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
                        f'(splits: {", ".join(sorted(known))})')
   _check_builder_shards(builder, split, verify)
   with _tfds_feature_classes_only(name_or_path):
-    return builder.as_dataset(split=split)
+    rlds_data = builder.as_dataset(split=split)
+  if builder.name.startswith(d4rl_format.TFDS_BUILDER_PREFIX):
+    print(f'{name_or_path}: {d4rl_format.TFDS_FINAL_OBSERVATION_NOTE} '
+          '(docs/datasets.md)', file=sys.stderr)
+    rlds_data = d4rl_format.drop_unknown_final_observations(rlds_data)
+  return rlds_data

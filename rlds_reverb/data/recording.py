@@ -28,6 +28,7 @@ import tqdm
 import tree
 
 from rlds_reverb.data import behaviour_policies
+from rlds_reverb.data import d4rl_format
 from rlds_reverb.data import tfds_writer
 from rlds_reverb.acting import envs as acting_envs
 from rlds_reverb.acting import rollout
@@ -224,6 +225,10 @@ def dataset_name(env_id: str, policy: str) -> str:
 
 
 DATASET_KINDS = ('policy', 'medium-replay', 'medium-expert')
+# 'rlds': discount 1.0 on every step (consumers derive terminal discounts
+# from is_terminal); 'tfds_d4rl': TFDS's d4rl_mujoco_* discounts
+# (`d4rl_format.tfds_encoding`), as a user of d4rl_mujoco_hopper gets them.
+ENCODINGS = ('rlds', 'tfds_d4rl')
 
 
 def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
@@ -264,7 +269,8 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
                      out_dir: str, *, seed: int | None = None,
                      num_envs: int = 4, max_episode_steps: int | None = None,
                      overwrite: bool = False, dataset_kind: str = 'policy',
-                     show_progress: bool = True) -> GenerateSummary:
+                     show_progress: bool = True,
+                     encoding: str = 'rlds') -> GenerateSummary:
   """Records rollouts of a behaviour policy in `env_id` as a TFDS dataset.
 
   On success `out_dir` holds `<name>/1.0.0/` (a standard TFDS dataset) and
@@ -288,6 +294,8 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
       'medium-expert' (`num_episodes` of the shipped medium policy, then as
       many of the expert, each half as its own dataset of the same seed).
     show_progress: show a tqdm bar of recorded env steps.
+    encoding: 'rlds' or 'tfds_d4rl' (see `ENCODINGS`); the steps and
+      transitions are the same, only the discounts differ.
 
   Returns:
     A GenerateSummary.
@@ -299,6 +307,9 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     FileExistsError: `out_dir` is not empty and `overwrite` is False, or it
       is not generated data.
   """
+  if encoding not in ENCODINGS:
+    raise ValueError(f'unknown encoding {encoding!r}; one of: '
+                     f'{", ".join(ENCODINGS)}')
   if dataset_kind not in DATASET_KINDS:
     raise ValueError(f'unknown dataset kind {dataset_kind!r}; one of: '
                      f'{", ".join(DATASET_KINDS)}')
@@ -338,6 +349,8 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
                                             seed=segment_seed, progress=bar):
           returns.append(float(np.sum(episode['steps']['reward'])))
           steps += len(episode['steps']['reward']) - 1
+          if encoding == 'tfds_d4rl':
+            episode = {'steps': d4rl_format.tfds_encoding(episode['steps'])}
           yield offset + key, episode
         offset += count
 
