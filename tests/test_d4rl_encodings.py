@@ -88,6 +88,12 @@ def _transitions(rlds_data: tf.data.Dataset) -> list[tuple]:
   return out
 
 
+def _numpy_steps(episode) -> dict:
+  return tf.nest.map_structure(
+      lambda x: x.numpy(),
+      episode[rlds.STEPS].batch(10**6).get_single_element())
+
+
 def _assert_same(got: list[tuple], expected: list[tuple]) -> None:
   assert len(got) == len(expected)
   for g, e in zip(got, expected):
@@ -171,6 +177,86 @@ def test_arrays_validation_names_the_field():
     d4rl_format.episodes_from_arrays(arrays)
 
 
+def test_arrays_shapes_flags_infos_and_unfinished_rows():
+  """Rewards (N, 1), float flags, infos zeroed on the extra step as TFDS
+  does, and rows after the last done flag as one unfinished episode."""
+  arrays = _hand_arrays(True)
+  rows = len(arrays['rewards'])
+  arrays['rewards'] = arrays['rewards'][:, None]
+  arrays['terminals'] = arrays['terminals'].astype(np.float32)
+  arrays['infos/qpos'] = np.arange(rows, dtype=np.float64)[:, None] + 1
+  arrays['timeouts'][-1] = False
+  arrays['terminals'][-1] = 0.0  # The third episode now has no done flag.
+  episodes, summary = d4rl_format.episodes_from_arrays(arrays)
+  assert (summary.episodes, summary.terminated, summary.timed_out,
+          summary.unfinished, summary.lost_transitions) == (3, 1, 1, 1, 0)
+  first = episodes[0]
+  np.testing.assert_array_equal(first['infos']['qpos'][:, 0], [1, 2, 3, 0])
+  np.testing.assert_array_equal(first[rlds.REWARD][:-1],
+                                EPISODES[0][rlds.REWARD][:-1])
+  # Unfinished, with next observations: an extra step, not terminal.
+  assert episodes[2][rlds.IS_LAST][-1] and not episodes[2][
+      rlds.IS_TERMINAL][-1]
+  assert len(episodes[2][rlds.REWARD]) == 5
+
+
+def _fixed(episodes) -> list[dict]:
+  data = d4rl_format.drop_unknown_final_observations(_as_rlds(episodes))
+  return [_numpy_steps(e) for e in data]
+
+
+def test_drop_unknown_final_observations_keeps_every_real_step():
+  with_next, _ = d4rl_format.episodes_from_arrays(_hand_arrays(True))
+  without_next, _ = d4rl_format.episodes_from_arrays(_hand_arrays(False))
+  one_row = {k: v[:1] for k, v in _hand_arrays(True).items()}
+  one_row['timeouts'][0] = True
+  one_step, _ = d4rl_format.episodes_from_arrays(one_row)
+  fixed = _fixed(with_next)
+  # Terminated: untouched. Timed out with TFDS's extra step: it goes.
+  for key in (rlds.OBSERVATION, rlds.DISCOUNT, rlds.IS_LAST):
+    np.testing.assert_array_equal(fixed[0][key], with_next[0][key])
+  assert len(fixed[1][rlds.REWARD]) == len(with_next[1][rlds.REWARD]) - 1
+  np.testing.assert_array_equal(fixed[1][rlds.OBSERVATION],
+                                with_next[1][rlds.OBSERVATION][:-1])
+  assert fixed[1][rlds.IS_LAST][-1] and fixed[1][rlds.IS_LAST].sum() == 1
+  # No extra step (v0 files): the last real row has discount 1 and stays.
+  for got, kept in zip(_fixed(without_next), without_next):
+    for key in (rlds.OBSERVATION, rlds.DISCOUNT, rlds.IS_LAST):
+      np.testing.assert_array_equal(got[key], kept[key])
+  # One row and its extra step: the row stays, as the episode's only step.
+  assert len(one_step[0][rlds.REWARD]) == 2
+  (single,) = _fixed(one_step)
+  assert len(single[rlds.REWARD]) == 1 and single[rlds.IS_LAST][0]
+
+
+def test_load_refuses_other_splits_of_a_file_and_generate_other_encodings(
+    tmp_path):
+  path = str(tmp_path / 'hopper.npz')
+  np.savez(path, **_hand_arrays(True))
+  with pytest.raises(ValueError, match="one split, 'train'"):
+    datasets.load(path, split='train[:1]')
+  with pytest.raises(ValueError, match="unknown encoding 'd4rl'"):
+    recording.generate_dataset('Hopper-v5', 'random', 1,
+                               str(tmp_path / 'out'), encoding='d4rl')
+
+
+def test_hdf5_round_trip_with_infos_and_metadata(tmp_path, capsys):
+  arrays = _hand_arrays(True)
+  arrays['infos/qvel'] = np.ones((len(arrays['rewards']), 6))
+  path = str(tmp_path / 'hopper.hdf5')
+  d4rl_format.write_hdf5(path, arrays)
+  import h5py  # pylint: disable=g-import-not-at-top
+  with h5py.File(path, 'a') as f:
+    f.create_dataset('metadata/algorithm', data='SAC')  # A scalar.
+  read = d4rl_format.read_arrays(path)
+  assert sorted(read) == sorted(arrays)
+  for key, value in arrays.items():
+    np.testing.assert_array_equal(read[key], value, err_msg=key)
+  episode = [_numpy_steps(e) for e in datasets.load(path)][0]
+  np.testing.assert_array_equal(episode['infos']['qvel'][:-1], 1)
+  assert capsys.readouterr().err == ''  # Scalars are not rows: no note.
+
+
 @pytest.mark.parametrize('suffix', ['.hdf5', '.npz'])
 def test_load_reads_a_d4rl_file(tmp_path, suffix, capsys):
   path = str(tmp_path / f'hopper{suffix}')
@@ -182,12 +268,6 @@ def test_load_reads_a_d4rl_file(tmp_path, suffix, capsys):
   _assert_same(_transitions(datasets.load(path)),
                _expected(EPISODES, next_observations=False))
   assert 'last transitions (1 of 11 rows) are lost' in capsys.readouterr().err
-
-
-def _numpy_steps(episode) -> dict:
-  return tf.nest.map_structure(
-      lambda x: x.numpy(),
-      episode[rlds.STEPS].batch(10**6).get_single_element())
 
 
 def _by_first_observation(episodes) -> list:

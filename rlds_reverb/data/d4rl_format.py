@@ -75,6 +75,9 @@ def check_arrays(arrays: Mapping[str, np.ndarray], where: str) -> int:
     raise ValueError(f'{where}: D4RL arrays lack {", ".join(missing)} '
                      f'(need {", ".join(REQUIRED)}; '
                      f'{NEXT_OBSERVATIONS} optional)')
+  for key in REQUIRED:
+    if np.ndim(arrays[key]) == 0:
+      raise ValueError(f'{where}: {key} is a scalar, not one value per row')
   rows = len(arrays['observations'])
   for key, values in arrays.items():
     if key in REQUIRED or key == NEXT_OBSERVATIONS or key.startswith(INFOS):
@@ -102,7 +105,12 @@ def _flags(values: np.ndarray) -> np.ndarray:
 def episodes_from_arrays(arrays: Mapping[str, np.ndarray],
                          where: str = 'D4RL arrays'
                          ) -> tuple[list[dict[str, Any]], ArraysSummary]:
-  """D4RL rows -> RLDS episodes (numpy steps) as TFDS's builders make them.
+  """D4RL rows -> RLDS episodes (numpy steps) as TFDS's builders make them,
+  but for the extra step's observation, which is the episode's own next
+  observation (TFDS's is the file's last: `drop_unknown_final_observations`).
+  Observations, actions and rewards become float32, what the agents train
+  on (TFDS keeps float64 for its replay configs); `infos/...` keep their
+  dtype; episode `metadata/...` is not carried.
 
   Raises:
     ValueError: a missing field or fields of different lengths, naming them.
@@ -208,10 +216,13 @@ def tfds_encoding(steps: Mapping[str, Any]) -> dict[str, Any]:
 TFDS_BUILDER_PREFIX = 'd4rl_'
 TFDS_FINAL_OBSERVATION_NOTE = (
     "TFDS's d4rl builders put the file's last next observation, not the "
-    "episode's, into each episode's extra final step: every episode that "
-    'ends without terminating loses its last transition here (its final '
-    'observation is unknown); terminated ones keep theirs (discount 0, so '
-    'that observation never enters a target)')
+    "episode's, into each episode's extra final step. Where an episode "
+    'ends without terminating and has that step (discount 0.0; files with '
+    'next_observations), the step is dropped and the episode loses its '
+    'last transition (the last episode of the file too, whose observation '
+    'was right); terminated episodes keep theirs (discount 0, so that '
+    'observation enters no target). keep_tfds_final_observations=True keeps '
+    'them all')
 
 
 def drop_unknown_final_observations(rlds_data: tf.data.Dataset
@@ -249,7 +260,7 @@ def read_arrays(path: str) -> dict[str, np.ndarray]:
   with h5py.File(path, 'r') as f:
 
     def visit(name: str, item: Any) -> None:
-      if isinstance(item, h5py.Dataset) and item.shape != ():
+      if isinstance(item, h5py.Dataset) and item.shape:  # Not scalars.
         arrays[name] = item[:]
     f.visititems(visit)
   return arrays
@@ -271,6 +282,10 @@ def load(path: str) -> tf.data.Dataset:
   message = summary.loss_message(path)
   if message:
     print(message, file=sys.stderr)
+  metadata = sorted(k for k in arrays if k.startswith('metadata/'))
+  if metadata:
+    print(f'{path}: episode metadata not carried: {", ".join(metadata)}',
+          file=sys.stderr)
   if not episodes:
     raise ValueError(f'{path}: no rows')
   signature = tf.nest.map_structure(

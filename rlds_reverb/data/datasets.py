@@ -470,7 +470,8 @@ def check_shards(name_or_path: str, split: str = 'train', *,
 
 
 def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
-         download: bool = True, *, verify: str = 'auto') -> tf.data.Dataset:
+         download: bool = True, *, verify: str = 'auto',
+         keep_tfds_final_observations: bool = False) -> tf.data.Dataset:
   """Returns an RLDS dataset (episodes with a nested `steps` dataset).
 
   Args:
@@ -487,7 +488,11 @@ def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
     verify: how the shard files are checked before the dataset is returned;
       see `check_shards`. The default 'auto' checks every record's checksum
       up to 512 MiB of shards and only their framing above. Minari datasets
-      have no tfrecord shards: nothing is checked.
+      and D4RL files have no tfrecord shards: nothing is checked.
+    keep_tfds_final_observations: for TFDS's `d4rl_*` datasets, keep the
+      extra final steps of episodes that end without terminating, whose
+      observation TFDS's builders take from the file's last row
+      (`d4rl_format.drop_unknown_final_observations`; docs/datasets.md).
 
   Returns:
     A tf.data.Dataset of episodes.
@@ -521,7 +526,8 @@ def load(name_or_path: str, split: str = 'train', data_dir: str | None = None,
   _check_builder_shards(builder, split, verify)
   with _tfds_feature_classes_only(name_or_path):
     rlds_data = builder.as_dataset(split=split)
-  if builder.name.startswith(d4rl_format.TFDS_BUILDER_PREFIX):
+  if (builder.name.startswith(d4rl_format.TFDS_BUILDER_PREFIX)
+      and not keep_tfds_final_observations):
     print(f'{name_or_path}: {d4rl_format.TFDS_FINAL_OBSERVATION_NOTE} '
           '(docs/datasets.md)', file=sys.stderr)
     rlds_data = d4rl_format.drop_unknown_final_observations(rlds_data)
