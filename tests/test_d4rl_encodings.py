@@ -342,3 +342,13 @@ def test_tfds_d4rl_builder_on_our_rows(hopper_recording, tmp_path,
       np.testing.assert_array_equal(a, b)
     if g[4] == 1.0:
       np.testing.assert_array_equal(g[3], e[3])
+
+
+def test_bootstrap_through_terminals_is_the_loader_bug_it_measures():
+  """The control arm of the termination measurement: the same
+  transitions, every one bootstrapping, terminal ones included."""
+  from rlds_reverb.experiments import offline_data  # pylint: disable=g-import-not-at-top
+  encoded = [d4rl_format.tfds_encoding(e) for e in EPISODES]
+  got = _transitions(offline_data.without_terminations(_as_rlds(encoded)))
+  expected = [e[:4] + (1.0,) for e in _expected(EPISODES)]
+  _assert_same(got, expected)

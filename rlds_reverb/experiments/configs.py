@@ -165,6 +165,10 @@ class OfflineConfig(OffPolicyConfig):
   """Normalise observations with the data's mean and std; auto (None): the
   agent's record says (on for td3_bc, iql, awac and cal_ql, as their papers
   and CORL's configs do)."""
+  bootstrap_through_terminals: bool = False
+  """Measurement only: read every termination as a time limit, so TD targets
+  bootstrap through it, as a loader that drops terminal discounts does
+  (docs/datasets.md#terminations-and-d4rls-encodings)."""
   normalize_rewards: bool | None = None
   """Scale rewards by 1000 / (max - min episode return) of the data; auto
   (None): the agent's record says (on for iql, its paper's locomotion

@@ -134,6 +134,8 @@ def load_dataset(config: OfflineConfig) -> tf.data.Dataset:
                             data_dir=config.data_dir, download=config.download)
   if config.max_episodes:
     rlds_data = rlds_data.take(config.max_episodes)
+  if config.bootstrap_through_terminals:
+    rlds_data = offline_data.without_terminations(rlds_data)
   return rlds_data
 
 

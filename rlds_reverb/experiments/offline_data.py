@@ -50,6 +50,19 @@ class TableData:
   pushed: push.PushStats | None  # None when an existing table was read
 
 
+def without_terminations(rlds_data: tf.data.Dataset) -> tf.data.Dataset:
+  """Every ending a truncation and every discount 1.0: the data as a loader
+  that loses terminations reads it (a measurement's control arm)."""
+
+  def steps(step: dict[str, Any]) -> dict[str, Any]:
+    out = dict(step)
+    out[rlds.DISCOUNT] = tf.ones_like(step[rlds.DISCOUNT])
+    out[rlds.IS_TERMINAL] = tf.zeros_like(step[rlds.IS_TERMINAL])
+    return out
+  return rlds_data.map(lambda episode: {
+      **episode, rlds.STEPS: episode[rlds.STEPS].map(steps)})
+
+
 def check_and_cast(rlds_data: tf.data.Dataset, specs: envs.EnvSpecs
                    ) -> tf.data.Dataset:
   """Casts observation/action/reward/discount to float32, checked against env.
