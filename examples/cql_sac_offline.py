@@ -27,6 +27,7 @@ from tf_agents.agents.cql import cql_sac_agent
 from tf_agents.agents.ddpg import critic_network
 from tf_agents.agents.sac import tanh_normal_projection_network
 from tf_agents.networks import actor_distribution_network
+from tf_agents.policies import greedy_policy
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.train import actor
@@ -132,7 +133,8 @@ def train_eval(root_dir: str,
 
   eval_actor = actor.Actor(
       eval_env, py_tf_eager_policy.PyTFEagerPolicy(
-          agent.policy, use_tf_function=True), train_step,
+          greedy_policy.GreedyPolicy(agent.policy), use_tf_function=True),
+      train_step,
       episodes_per_run=eval_episodes,
       metrics=actor.eval_metrics(eval_episodes),
       summary_dir=os.path.join(root_dir, 'eval'))
@@ -149,7 +151,7 @@ def train_eval(root_dir: str,
       metrics['normalized_score'] = envs.normalized_score(
           env_name, metrics['AverageReturn'])  # D4RL's; None: no reference
       print(json.dumps({'train_step': int(agent_learner.train_step_numpy),
-                        **metrics}), flush=True)
+                        'policy': 'greedy', **metrics}), flush=True)
   server.stop()
   return {'train_step': int(agent_learner.train_step_numpy), **metrics}
 

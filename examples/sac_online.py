@@ -26,6 +26,7 @@ from tf_agents.agents.sac import sac_agent
 from tf_agents.agents.sac import tanh_normal_projection_network
 from tf_agents.metrics import py_metrics
 from tf_agents.networks import actor_distribution_network
+from tf_agents.policies import greedy_policy
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.policies import random_py_policy
 from tf_agents.specs import tensor_spec
@@ -127,7 +128,8 @@ def train_eval(root_dir: str,
       summary_dir=os.path.join(root_dir, learner.TRAIN_DIR))
   eval_actor = actor.Actor(
       eval_env, py_tf_eager_policy.PyTFEagerPolicy(
-          agent.policy, use_tf_function=True), train_step,
+          greedy_policy.GreedyPolicy(agent.policy), use_tf_function=True),
+      train_step,
       episodes_per_run=eval_episodes,
       metrics=actor.eval_metrics(eval_episodes),
       summary_dir=os.path.join(root_dir, 'eval'))

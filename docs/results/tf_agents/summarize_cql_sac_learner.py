@@ -28,7 +28,9 @@ def _runs() -> dict[int, dict]:
     seed = int(re.search(r'seed(\d+)', path).group(1))
     with open(path) as f:
       records = [json.loads(line) for line in f if line.startswith('{')]
-    final = [r for r in records if r['train_step'] == BUDGET]
+    # Greedy evaluations only (the toolkit's row evaluates greedily).
+    final = [r for r in records if r['train_step'] == BUDGET and
+             r.get('policy') == 'greedy']
     if final:
       runs[seed] = final[-1]
   return runs
