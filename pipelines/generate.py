@@ -42,13 +42,20 @@ _DATASET_KIND = flags.DEFINE_enum(
     'dataset_kind', 'policy', list(recording.DATASET_KINDS),
     'policy: --episodes rollouts of --policy. medium-replay: the replay data '
     'of the SAC run up to the medium snapshot, re-collected by its shipped '
-    'snapshots (--episodes and --policy are ignored). medium-expert: '
+    'snapshots (--episodes, --env_steps and --policy are ignored). '
+    'medium-expert: '
     '--episodes of the medium policy, then --episodes of the expert, each '
     'half equal to that policy\'s own dataset of the same --seed (--policy '
     'is ignored). Also spelled --dataset-kind.')
 _EPISODES = flags.DEFINE_integer(
     'episodes', None, 'Number of episodes to record (> 0); with '
-    '--dataset-kind medium-expert, of each half.')
+    '--dataset-kind medium-expert, of each half. Give this or --env_steps.')
+_ENV_STEPS = flags.DEFINE_integer(
+    'env_steps', None, 'Instead of --episodes: record whole episodes until '
+    'they hold at least this many transitions (> 0; of each half for '
+    'medium-expert), as D4RL sizes its datasets (1000000). Where episodes '
+    'terminate early (Hopper, Walker2d) their count follows from the '
+    'policy.')
 _OUT = flags.DEFINE_string(
     'out', None, 'Output directory; pass it to rlds_reverb.data.datasets.load. Must '
     'be absent or empty unless --overwrite.')
@@ -76,11 +83,13 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(_PROG, ValueError(f'unexpected arguments: {" ".join(argv[1:])}'),
              code=2)
-  required = (_ENV, _OUT) if _DATASET_KIND.value == 'medium-replay' else (
-      _ENV, _EPISODES, _OUT)
-  for flag in required:
+  for flag in (_ENV, _OUT):
     if flag.value is None:
       cli.fail(_PROG, ValueError(f'--{flag.name} is required'), code=2)
+  if _DATASET_KIND.value != 'medium-replay' and (
+      (_EPISODES.value is None) == (_ENV_STEPS.value is None)):
+    cli.fail(_PROG, ValueError('give one of --episodes and --env_steps'),
+             code=2)
   cli.quiet_logging()
   start = time.perf_counter()
   try:
@@ -89,7 +98,7 @@ def main(argv: list[str]) -> None:
         seed=_SEED.value, num_envs=_NUM_ENVS.value,
         max_episode_steps=_MAX_EPISODE_STEPS.value,
         overwrite=_OVERWRITE.value, dataset_kind=_DATASET_KIND.value,
-        encoding=_ENCODING.value)
+        encoding=_ENCODING.value, num_env_steps=_ENV_STEPS.value)
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
   seconds = time.perf_counter() - start

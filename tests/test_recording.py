@@ -157,6 +157,10 @@ def test_non_mujoco_box_env_has_no_physics_infos(tmp_path):
     ({'num_envs': -1}, 'num_envs must be > 0, got -1'),
     ({'max_episode_steps': 0}, 'max_episode_steps must be > 0, got 0'),
     ({'seed': -1}, 'seed must be >= 0, got -1'),
+    ({'num_env_steps': 100}, 'give one of num_episodes and num_env_steps'),
+    ({'num_episodes': None}, 'give one of num_episodes and num_env_steps'),
+    ({'num_episodes': None, 'num_env_steps': 0},
+     'num_env_steps must be > 0, got 0'),
 ])
 def test_bad_arguments_raise_before_writing(tmp_path, kwargs, match):
   args = {'env_id': 'HalfCheetah-v5', 'policy': 'random', 'num_episodes': 1,
@@ -252,3 +256,38 @@ def test_a_ppo_policy_records_the_actions_the_env_took(tmp_path):
   clipped = np.isclose(np.abs(actions), 1.0).any(axis=-1)
   assert np.isnan(log_probs[clipped]).all()
   assert np.isfinite(log_probs[~clipped]).all()
+
+
+def test_a_step_budget_of_whole_time_limited_episodes_is_an_episode_count(
+    tmp_path):
+  """10 episodes of 10 steps: the same data as num_episodes=10, whatever
+  the sub-env count (the reservation keeps extra sub-envs idle)."""
+  args = dict(seed=5, num_envs=4, max_episode_steps=10, show_progress=False)
+  by_count = recording.generate_dataset('HalfCheetah-v5', 'random', 10,
+                                        str(tmp_path / 'count'), **args)
+  by_steps = recording.generate_dataset('HalfCheetah-v5', 'random', None,
+                                        str(tmp_path / 'steps'),
+                                        num_env_steps=100, **args)
+  assert (by_steps.num_episodes, by_steps.num_env_steps) == (10, 100)
+  for got, want in zip(_episodes(by_steps.out_dir),
+                       _episodes(by_count.out_dir), strict=True):
+    np.testing.assert_array_equal(got['observation'], want['observation'])
+    np.testing.assert_array_equal(got['action'], want['action'])
+
+
+def test_a_step_budget_records_whole_terminating_episodes(tmp_path):
+  """Hopper falls at random: the budget is met with whole episodes, by
+  less than one time limit over, and every episode ends as it ended."""
+  budget, limit = 300, 50
+  summary = recording.generate_dataset(
+      'Hopper-v5', 'random', None, str(tmp_path), num_env_steps=budget,
+      seed=2, num_envs=3, max_episode_steps=limit, show_progress=False)
+  episodes = _episodes(str(tmp_path))
+  lengths = [len(ep['reward']) - 1 for ep in episodes]
+  assert sum(lengths) == summary.num_env_steps
+  assert budget <= summary.num_env_steps < budget + limit
+  assert summary.num_episodes == len(episodes) > budget // limit
+  for ep, length in zip(episodes, lengths):
+    assert ep['is_last'][-1] and not ep['is_last'][:-1].any()
+    # Short episodes fell (terminal); full ones hit the time limit.
+    assert ep['is_terminal'][-1] == (length < limit)

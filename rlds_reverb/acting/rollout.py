@@ -165,12 +165,19 @@ class Rollout:
   finished ones go to the caller's `on_episode`. With `max_episodes`,
   sub-envs that would start an episode beyond it idle (they are stepped,
   nothing is kept), so the episodes kept are the first ones to start, not
-  the first ones to finish (which would favour short episodes).
+  the first ones to finish (which would favour short episodes). With
+  `max_env_steps`, a sub-env starts an episode only while the steps kept
+  plus `episode_steps_bound` for each episode still running stay under
+  it: whole episodes, at least `max_env_steps` steps once `done`, and
+  exactly the episode count a step budget of whole time-limited episodes
+  asks for (10 of 1,000 steps for 10,000), however many sub-envs run.
   """
 
   def __init__(self, envs: gym.vector.VectorEnv, layout: StepLayout, *,
                seed: int | list[int] | None = None,
                max_episodes: int | None = None,
+               max_env_steps: int | None = None,
+               episode_steps_bound: int = 1,
                keep_log_probs: bool = False,
                observation_infos: ObservationInfosFn | None = None):
     """Resets `envs` and starts an episode in each sub-env.
@@ -180,6 +187,11 @@ class Rollout:
       layout: dtypes and shapes of the emitted steps.
       seed: passed to `envs.reset` (an int gives sub-env i seed + i).
       max_episodes: start no more episodes than this; None for no limit.
+      max_env_steps: start no episode once the steps kept plus
+        `episode_steps_bound` per running episode reach this; None for no
+        limit.
+      episode_steps_bound: the most steps an episode can take (its time
+        limit); what each running episode reserves of `max_env_steps`.
       keep_log_probs: keep the policy's log-probabilities as
         `infos/action_log_probs`.
       observation_infos: called with a sub-env's index after each of its
@@ -187,6 +199,8 @@ class Rollout:
     """
     self._envs, self._layout = envs, layout
     self._max_episodes = max_episodes
+    self._max_env_steps = max_env_steps
+    self._episode_steps_bound = episode_steps_bound
     self._keep_log_probs = keep_log_probs
     self._observation_infos = observation_infos
     num_envs = envs.num_envs
@@ -207,13 +221,33 @@ class Rollout:
 
   def _start(self, i: int) -> None:
     """Starts an episode at sub-env i's current observation, if allowed."""
+    self._buffers[i] = None
     if self._max_episodes is not None and self.started >= self._max_episodes:
-      self._buffers[i] = None
+      return
+    if self._max_env_steps is not None and (
+        self.env_steps + self.running * self._episode_steps_bound >=
+        self._max_env_steps):
       return
     self._buffers[i] = EpisodeBuffer(self._layout, _row(self._obs, i),
                                      self._infos_of_observation(i))
     self._numbers[i] = self.started
     self.started += 1
+
+  @property
+  def running(self) -> int:
+    """Episodes started and not yet finished."""
+    return self.started - self.finished
+
+  @property
+  def done(self) -> bool:
+    """No episode runs and none may start (`max_episodes` or
+    `max_env_steps` reached); False without a limit."""
+    if self.running:
+      return False
+    if self._max_episodes is not None and self.started >= self._max_episodes:
+      return True
+    return (self._max_env_steps is not None and
+            self.env_steps >= self._max_env_steps)
 
   def step(self, act: ActFn, on_episode: Callable[[Episode], None]) -> int:
     """Steps every sub-env once; returns the env steps kept."""
@@ -233,6 +267,7 @@ class Rollout:
                                if self._keep_log_probs else None),
                  observation_infos=self._infos_of_observation(i))
       kept += 1
+      self.env_steps += 1
       if terminated[i] or truncated[i]:
         self._buffers[i] = None
         self.finished += 1
@@ -244,7 +279,6 @@ class Rollout:
             success=(float(infos['is_success'][i]) if 'is_success' in infos
                      else None)))
     self._resetting = np.logical_or(terminated, truncated)
-    self.env_steps += kept
     return kept
 
   def run(self, act: ActFn, on_episode: Callable[[Episode], None], *,

@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import os
 import re
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -180,21 +180,31 @@ def _physics_infos(envs: gym.vector.SyncVectorEnv
 
 
 def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
-                    num_episodes: int, spec: tfds_writer.StepSpec, *,
+                    num_episodes: int | None, spec: tfds_writer.StepSpec, *,
+                    num_env_steps: int | None = None,
+                    time_limit: int = 1,
                     seed: int | None = None,
                     progress: tqdm.tqdm | None = None
                     ) -> Iterator[tuple[int, dict[str, Any]]]:
-  """Runs `envs` until `num_episodes` episodes finish; yields them as RLDS.
+  """Runs `envs` until `num_episodes` episodes finish, or until whole
+  episodes hold `num_env_steps` transitions; yields them as RLDS.
 
   Episodes are numbered in the order they start (not finish), so the result
   is not biased towards short episodes; sub-envs that would start an episode
-  beyond `num_episodes` idle until the others are done.
+  beyond the limit idle until the others are done. A step budget is how
+  D4RL sizes its datasets (1M transitions, however many episodes): where
+  episodes terminate early their count is not known in advance.
 
   Args:
     envs: a vector env in NEXT_STEP autoreset mode.
     policy: maps the batch of observations to actions and log-probs.
-    num_episodes: how many episodes to record.
+    num_episodes: how many episodes to record; None with `num_env_steps`.
     spec: the step spec (from `make_step_spec`).
+    num_env_steps: record whole episodes until they hold at least this many
+      transitions (`rollout.Rollout`'s `max_env_steps`); None with
+      `num_episodes`.
+    time_limit: the env's time limit, what a running episode reserves of
+      `num_env_steps`.
     seed: passed to `envs.reset` (sub-env i gets seed + i).
     progress: a progress bar advanced by one per recorded env step.
 
@@ -204,12 +214,15 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
   layout = rollout.StepLayout(action_shape=spec.action_shape,
                               action_dtype=spec.action_dtype,
                               observation_dtype=spec.observation_dtype)
+  if (num_episodes is None) == (num_env_steps is None):
+    raise ValueError('give one of num_episodes and num_env_steps')
   loop = rollout.Rollout(
       envs, layout, seed=seed, max_episodes=num_episodes,
+      max_env_steps=num_env_steps, episode_steps_bound=time_limit,
       keep_log_probs=True,
       observation_infos=(None if spec.qpos_shape is None
                          else _physics_infos(envs)))
-  while loop.finished < num_episodes:
+  while not loop.done:
     finished: list[rollout.Episode] = []
     taken = loop.step(policy, finished.append)
     if progress is not None and taken:
@@ -242,27 +255,46 @@ def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
       name)
 
 
+class _Segment(NamedTuple):
+  """One policy's part of a dataset: `episodes` or `env_steps` of it."""
+  policy: str
+  episodes: int | None
+  env_steps: int | None
+  seed: int | None
+
+
 def _segments(env_id: str, policy: str, dataset_kind: str,
-              num_episodes: int | None, time_limit: int, seed: int | None
-              ) -> list[tuple[str, int, int | None]]:
-  """(policy, episodes, seed) in recording order.
+              num_episodes: int | None, num_env_steps: int | None,
+              seed: int | None) -> list[_Segment]:
+  """The segments in recording order.
 
   medium-expert records `medium` then `expert` with the same seed, so it
   is exactly the medium and the expert datasets of that seed, one after
-  the other (D4RL's is their concatenation too).
+  the other (D4RL's is their concatenation too). medium-replay gives each
+  snapshot the env steps it collected in training, as whole episodes.
   """
   if dataset_kind == 'policy':
-    return [(policy, num_episodes, seed)]
+    return [_Segment(policy, num_episodes, num_env_steps, seed)]
   if dataset_kind == 'medium-expert':
-    return [('medium', num_episodes, seed), ('expert', num_episodes, seed)]
+    return [_Segment(name, num_episodes, num_env_steps, seed)
+            for name in ('medium', 'expert')]
   segments = []
   for i, segment in enumerate(behaviour_policies.replay_schedule(env_id)):
     name = segment['policy']
     if name != 'random':
       name = behaviour_policies.replay_policy_path(env_id, name)
-    segments.append((name, max(1, segment['env_steps'] // time_limit),
-                     None if seed is None else seed + 7919 * i))
+    segments.append(_Segment(name, None, max(1, segment['env_steps']),
+                             None if seed is None else seed + 7919 * i))
   return segments
+
+
+def _size(segments: list[_Segment]) -> str:
+  """'1000 episodes', '1000000 env steps' or both, summed over segments."""
+  episodes = sum(s.episodes or 0 for s in segments)
+  env_steps = sum(s.env_steps or 0 for s in segments)
+  parts = ([f'{episodes} episodes'] if episodes else []) + (
+      [f'{env_steps} env steps of whole episodes'] if env_steps else [])
+  return ' and '.join(parts)
 
 
 def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
@@ -270,7 +302,8 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
                      num_envs: int = 4, max_episode_steps: int | None = None,
                      overwrite: bool = False, dataset_kind: str = 'policy',
                      show_progress: bool = True,
-                     encoding: str = 'rlds') -> GenerateSummary:
+                     encoding: str = 'rlds',
+                     num_env_steps: int | None = None) -> GenerateSummary:
   """Records rollouts of a behaviour policy in `env_id` as a TFDS dataset.
 
   On success `out_dir` holds `<name>/1.0.0/` (a standard TFDS dataset) and
@@ -282,7 +315,7 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     policy: 'random', a policy shipped for the env ('medium', 'expert'; see
       `behaviour_policies`) or the path of a policy .npz.
     num_episodes: episodes to record (> 0); for 'medium-expert', of each
-      half; ignored for 'medium-replay'.
+      half; ignored for 'medium-replay'. None with `num_env_steps`.
     out_dir: output directory; must be absent or empty unless `overwrite`.
     seed: seeds the envs and the policy; None for fresh randomness.
     num_envs: sub-envs stepped together (capped at `num_episodes`).
@@ -296,6 +329,9 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     show_progress: show a tqdm bar of recorded env steps.
     encoding: 'rlds' or 'tfds_d4rl' (see `ENCODINGS`); the steps and
       transitions are the same, only the discounts differ.
+    num_env_steps: instead of `num_episodes`: whole episodes until they
+      hold at least this many transitions (of each half, for
+      'medium-expert'), as D4RL sizes its datasets.
 
   Returns:
     A GenerateSummary.
@@ -319,8 +355,13 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
   if dataset_kind == 'policy' and policy not in POLICIES:
     behaviour_policies.load_policy(policy, env_id)  # Fails early if unknown.
   if dataset_kind != 'medium-replay':
-    if num_episodes is None or num_episodes <= 0:
+    if (num_episodes is None) == (num_env_steps is None):
+      raise ValueError('give one of num_episodes and num_env_steps, got '
+                       f'{num_episodes} and {num_env_steps}')
+    if num_episodes is not None and num_episodes <= 0:
       raise ValueError(f'num_episodes must be > 0, got {num_episodes}')
+    if num_env_steps is not None and num_env_steps <= 0:
+      raise ValueError(f'num_env_steps must be > 0, got {num_env_steps}')
   if num_envs <= 0:
     raise ValueError(f'num_envs must be > 0, got {num_envs}')
   if max_episode_steps is not None and max_episode_steps <= 0:
@@ -336,17 +377,20 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
           f'env {env_id!r} has no time limit; pass max_episode_steps')
     spec = make_step_spec(envs, env_id)
     segments = _segments(env_id, policy, dataset_kind, num_episodes,
-                         time_limit, seed)
-    total_episodes = sum(n for _, n, _ in segments)
+                         num_env_steps, seed)
     returns, steps = [], 0
 
     def counted(bar: tqdm.tqdm):
       nonlocal steps
       offset = 0
-      for name, count, segment_seed in segments:
-        act = _policy_for(name, env_id, envs, segment_seed)
-        for key, episode in record_episodes(envs, act, count, spec,
-                                            seed=segment_seed, progress=bar):
+      for segment in segments:
+        act = _policy_for(segment.policy, env_id, envs, segment.seed)
+        count = 0
+        for key, episode in record_episodes(
+            envs, act, segment.episodes, spec,
+            num_env_steps=segment.env_steps, time_limit=time_limit,
+            seed=segment.seed, progress=bar):
+          count += 1
           returns.append(float(np.sum(episode['steps']['reward'])))
           steps += len(episode['steps']['reward']) - 1
           if encoding == 'tfds_d4rl':
@@ -355,14 +399,16 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
         offset += count
 
     label = policy if dataset_kind == 'policy' else dataset_kind
+    bound = sum(s.env_steps + time_limit if s.episodes is None
+                else s.episodes * time_limit for s in segments)
     with tfds_writer.output_dir(out_dir, overwrite), tqdm.tqdm(
-        total=total_episodes * time_limit, unit='step', smoothing=0.1,
+        total=bound, unit='step', smoothing=0.1,
         desc=f'{env_id} {label}', disable=not show_progress) as bar:
       dataset_dir = tfds_writer.write_episodes(
           counted(bar), out_dir,
           name=dataset_name(env_id, os.path.basename(label).split('.')[0]),
           spec=spec, description=(
-              f'{total_episodes} episodes of {env_id}, {label} '
+              f'{_size(segments)} of {env_id}, {label} '
               f'(seed {seed}, time limit {time_limit}), recorded by '
               'rlds_reverb.data.recording.generate_dataset.'))
       bar.total = bar.n  # Episodes that terminated early end the bar short.
