@@ -38,11 +38,23 @@ bench: $(STAMP)
 medium: $(STAMP)
 	test -f $(MEDIUM_DIR)/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy medium --episodes $(MEDIUM_EPISODES) --seed 0 --out $(MEDIUM_DIR)
 
-# All four D4RL-style datasets from the shipped policies (docs/datasets.md).
+# All four D4RL-style datasets from the shipped policies (docs/datasets.md):
+# HalfCheetah-v5 as 1,000 episodes of 1,000 steps; the envs that terminate
+# (Hopper-v5, Walker2d-v5) as 1M transitions of whole episodes, as D4RL sizes
+# them, in TFDS's d4rl_mujoco_* encoding.
+TERMINATING_ENVS ?= Hopper-v5 Walker2d-v5
+GENERATE_D4RL = $(PY) -m pipelines.generate --seed 0 --encoding tfds_d4rl
 d4rl-datasets: medium
 	test -f data/halfcheetah_v5_medium_replay/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --dataset-kind medium-replay --seed 0 --out data/halfcheetah_v5_medium_replay
 	test -f data/halfcheetah_v5_expert/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --policy expert --episodes 1000 --seed 0 --out data/halfcheetah_v5_expert
 	test -f data/halfcheetah_v5_medium_expert/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --dataset-kind medium-expert --episodes 1000 --seed 0 --out data/halfcheetah_v5_medium_expert
+	set -e; for env in $(TERMINATING_ENVS); do \
+	  d=data/$$(echo $$env | tr 'A-Z-' 'a-z_'); \
+	  test -f $${d}_medium/.complete || $(GENERATE_D4RL) --env $$env --policy medium --env_steps 1000000 --out $${d}_medium; \
+	  test -f $${d}_medium_replay/.complete || $(GENERATE_D4RL) --env $$env --dataset-kind medium-replay --out $${d}_medium_replay; \
+	  test -f $${d}_expert/.complete || $(GENERATE_D4RL) --env $$env --policy expert --env_steps 1000000 --out $${d}_expert; \
+	  test -f $${d}_medium_expert/.complete || $(GENERATE_D4RL) --env $$env --dataset-kind medium-expert --env_steps 1000000 --out $${d}_medium_expert; \
+	done
 
 offline-suite: medium
 	$(PY) -m tools.offline_suite --dataset $(MEDIUM_DIR)
