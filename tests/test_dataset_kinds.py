@@ -14,6 +14,9 @@ from rlds_reverb.data import recording
 from conftest import _episodes  # pylint: disable=g-bad-import-order
 
 _LIMIT = 20  # env steps per episode in these tests
+# The spread of the shipped Hopper-v5 medium policy's episode returns (its
+# 1M-transition dataset, 2,206 episodes; docs/datasets.md).
+HOPPER_MEDIUM_STD = 1249.0
 
 
 @pytest.fixture(name='shipped')
@@ -86,3 +89,47 @@ def test_shipped_roles_load_and_act():
   for name in names:
     policy = behaviour_policies.load_policy(name, 'HalfCheetah-v5')
     assert (policy.observation_size, policy.action_size) == (17, 6)
+
+
+def test_hopper_roles_record_as_d4rl_sizes_them(tmp_path):
+  """Hopper-v5's shipped medium and expert, recorded by transitions in
+  TFDS's encoding: whole episodes, medium-expert the two halves one after
+  the other, and medium's return near the level it was chosen at.
+
+  Medium's episodes return HOPPER_MEDIUM_STD apart (most fall early, some
+  hop 1,000 steps); over the ~20 episodes of 10k transitions the mean
+  stays within 4 standard errors of the shipped level (a false failure
+  about 1 in 16,000 runs; the seed is fixed), which rules out random
+  (about 20) and expert (about 3,500) data. The expert never falls in
+  its first two episodes.
+  """
+  def generate(name, policy, budget, kind='policy'):
+    return recording.generate_dataset(
+        'Hopper-v5', policy, None, str(tmp_path / name), seed=4, num_envs=2,
+        num_env_steps=budget, dataset_kind=kind, encoding='tfds_d4rl',
+        show_progress=False)
+
+  budget = 2000
+  both = generate('me', 'medium', budget, 'medium-expert')
+  medium = generate('m', 'medium', budget)
+  medium_episodes = _episodes(medium.out_dir)
+  both_episodes = _episodes(both.out_dir)
+  assert budget <= medium.num_env_steps < budget + 1000
+  assert 2 * budget <= both.num_env_steps < 2 * budget + 2000
+  for got, want in zip(both_episodes, medium_episodes):
+    np.testing.assert_array_equal(got['observation'], want['observation'])
+  expert_episodes = both_episodes[len(medium_episodes):]
+  assert [len(ep['reward']) for ep in expert_episodes] == [1001, 1001]
+  assert not any(ep['is_terminal'][-1] for ep in expert_episodes)
+  with open(behaviour_policies.env_dir('Hopper-v5') / 'replay' /
+            'schedule.json') as f:
+    level = __import__('json').load(f)['source']['medium_stochastic_return']
+  longer = generate('m10k', 'medium', 10_000)
+  returns = [float(np.sum(ep['reward'])) for ep in _episodes(longer.out_dir)]
+  bound = 4 * HOPPER_MEDIUM_STD / np.sqrt(len(returns))
+  assert abs(np.mean(returns) - level) < bound, (returns, level, bound)
+  # TFDS's encoding: discount 0.0 on every last step, 1.0 before it but on
+  # the last real step of a terminated episode.
+  for ep in medium_episodes:
+    assert ep['discount'][-1] == 0.0
+    assert ep['discount'][-2] == (0.0 if ep['is_terminal'][-1] else 1.0)
