@@ -9,9 +9,9 @@ import pytest
 from conftest import tools_module  # pylint: disable=g-bad-import-order
 
 
-def _line(seeds, scores, *, steps=30000, date='2026-11-24'):
+def _line(seeds, scores, *, steps=30000, date='2026-11-24', kind='medium'):
   return json.dumps({
-      'agent': 'cql_sac', 'dataset': 'data/m', 'dataset_kind': 'medium',
+      'agent': 'cql_sac', 'dataset': 'data/m', 'dataset_kind': kind,
       'steps': steps, 'seeds': seeds, 'normalized_scores': scores,
       'normalized_score_mean': sum(scores) / len(scores),
       'normalized_score_std': 0.0, 'corl': 47.04, 'date': date,
@@ -132,8 +132,8 @@ def test_the_markdown_table_sets_short_rows_beside_the_longest_run(tmp_path):
   rows = summary.summarize([str(path)])['rows']
   table = summary.markdown_table(rows).splitlines()
   assert len(table) == 3  # Header, rule, the one agent and dataset.
-  assert table[2] == ('| CQL-SAC | medium | 46.0 +- 0.8 (3) | 44.0 at 1M '
-                      '| 47.0 | -3.0 (within 5) |')
+  assert table[2] == ('| CQL-SAC | halfcheetah-medium | 46.0 +- 0.8 (3) '
+                      '| 44.0 at 1M | 47.0 | -3.0 (within 5) |')
   # A run under way is judged by its last 10 evaluations, not its last one.
   run_dir = _run_dir(tmp_path, range(40_000, 160_000, 10_000),
                      [float(i) for i in range(30, 42)])
@@ -147,8 +147,23 @@ def test_the_markdown_table_sets_short_rows_beside_the_longest_run(tmp_path):
                                            steps=1_000_000) + '\n')
   rows = summary.summarize([str(path)])['rows']
   assert summary.markdown_table(rows).splitlines()[2] == (
-      '| CQL-SAC | medium | 46.0 +- 0.8 (3) | 47.0 +- 2.2 (3) at 1M '
-      '| 47.0 | -0.0 (within 5) |')
+      '| CQL-SAC | halfcheetah-medium | 46.0 +- 0.8 (3) | 47.0 +- 2.2 (3) '
+      'at 1M | 47.0 | -0.0 (within 5) |')
+
+
+def test_rows_of_other_environments_follow_halfcheetahs_named_in_full(
+    tmp_path):
+  path = tmp_path / 'a.jsonl'
+  path.write_text(_line([0], [60.0], kind='walker2d-medium') + '\n'
+                  + _line([0], [50.0], kind='hopper-medium') + '\n'
+                  + _line([0], [45.0]) + '\n')
+  summary = tools_module('offline_table')
+  result = summary.summarize([str(path)])
+  table = summary.markdown_table(result['rows']).splitlines()[2:]
+  assert [line.split(' | ')[1] for line in table] == [
+      'halfcheetah-medium', 'hopper-medium', 'walker2d-medium']
+  assert result['behaviour_returns']['hopper-medium']['d4rl_return'] == (
+      1422.0)
 
 
 def test_the_published_json_and_table_are_what_the_committed_inputs_make():

@@ -36,10 +36,11 @@ import time
 
 import numpy as np
 
-# D4RL's halfcheetah-medium-v2 behaviour return (the level the medium
-# policy was chosen for); the other files' figures were not at hand offline
-# and are left out rather than guessed.
-D4RL_BEHAVIOUR = {'medium': 4770.0}
+# D4RL's *-medium-v2 behaviour returns (the levels the medium policies were
+# chosen for; halfcheetah's rows are named by kind alone); the other files'
+# figures were not at hand offline and are left out rather than guessed.
+D4RL_BEHAVIOUR = {'medium': 4770.0, 'hopper-medium': 1422.0,
+                  'walker2d-medium': 2852.0}
 # Evaluations averaged for a run under way: one alone swings by tens of
 # points where episodes turn the cheetah over.
 RECENT_EVALUATIONS = 10
@@ -226,7 +227,16 @@ def runs_under_way(run_dirs: list[str], rows: list[dict]) -> list[dict]:
 AGENT_NAMES = {'bc': 'BC', 'td3_bc': 'TD3+BC', 'cql_sac': 'CQL-SAC',
                'iql': 'IQL', 'awac': 'AWAC', 'rebrac': 'ReBRAC',
                'edac': 'EDAC'}
-DATASET_KINDS = ('medium', 'medium-replay', 'medium-expert')
+# HalfCheetah's rows came first and name the kind alone; the table names
+# the environment of every row.
+DATASET_KINDS = ('medium', 'medium-replay', 'medium-expert') + tuple(
+    f'{env}-{kind}' for env in ('hopper', 'walker2d')
+    for kind in ('medium', 'medium-replay', 'medium-expert'))
+
+
+def _dataset_label(kind: str) -> str:
+  return kind if '-' in kind and kind.split('-')[0] in (
+      'hopper', 'walker2d') else f'halfcheetah-{kind}'
 SHORT_BUDGET = 30_000  # The gradient steps of the 3-seed rows.
 WITHIN = 5.0  # The issue's target: within 5 points of CORL.
 
@@ -280,7 +290,7 @@ def markdown_table(rows: list[dict]) -> str:
       gap = '' if corl is None or score is None else (
           f'{score - corl:+.1f}' + (' (within 5)' if abs(score - corl)
                                     <= WITHIN else ''))
-      lines.append(f"| {name} | {kind} | {short_cell} | {long_cell} | "
+      lines.append(f"| {name} | {_dataset_label(kind)} | {short_cell} | {long_cell} | "
                    f"{'' if corl is None else f'{corl:.1f}'} | {gap} |")
   return '\n'.join(lines)
 
