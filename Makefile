@@ -41,9 +41,8 @@ medium: $(STAMP)
 # All four D4RL-style datasets from the shipped policies (docs/datasets.md):
 # HalfCheetah-v5 as 1,000 episodes of 1,000 steps; the envs that terminate
 # (Hopper-v5, Walker2d-v5) as 1M transitions of whole episodes, as D4RL sizes
-# them, in TFDS's d4rl_mujoco_* encoding (Walker2d-v5 joins once its policies
-# are shipped).
-TERMINATING_ENVS ?= Hopper-v5
+# them, in TFDS's d4rl_mujoco_* encoding.
+TERMINATING_ENVS ?= Hopper-v5 Walker2d-v5
 GENERATE_D4RL = $(PY) -m pipelines.generate --seed 0 --encoding tfds_d4rl
 d4rl-datasets: medium
 	test -f data/halfcheetah_v5_medium_replay/.complete || $(PY) -m pipelines.generate --env HalfCheetah-v5 --dataset-kind medium-replay --seed 0 --out data/halfcheetah_v5_medium_replay

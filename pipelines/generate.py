@@ -33,8 +33,9 @@ _ENV = flags.DEFINE_string(
     'as a dict observation feature).')
 _POLICY = flags.DEFINE_string(
     'policy', 'random',
-    'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5 '
-    'and Hopper-v5: medium and expert, D4RL\'s roles, from our SAC runs; '
+    'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5, '
+    'Hopper-v5 and Walker2d-v5: medium and expert, D4RL\'s roles, from our '
+    'SAC runs; '
     'HalfCheetah-v5 also final, '
     'the last policy of an earlier 150k-step run; numpy snapshots acting '
     'stochastically, with exact action log-probs; see docs/datasets.md), '

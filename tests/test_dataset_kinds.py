@@ -14,9 +14,10 @@ from rlds_reverb.data import recording
 from conftest import _episodes  # pylint: disable=g-bad-import-order
 
 _LIMIT = 20  # env steps per episode in these tests
-# The spread of the shipped Hopper-v5 medium policy's episode returns (its
-# 1M-transition dataset, 2,206 episodes; docs/datasets.md).
-HOPPER_MEDIUM_STD = 1249.0
+# The spread of the shipped medium policies' episode returns (Hopper-v5:
+# its 1M-transition dataset, 2,206 episodes; Walker2d-v5: a 100k sample,
+# 108 episodes; docs/datasets.md).
+MEDIUM_RETURN_STD = {'Hopper-v5': 1249.0, 'Walker2d-v5': 675.0}
 
 
 @pytest.fixture(name='shipped')
@@ -83,6 +84,39 @@ def test_medium_replay_follows_the_shipped_schedule(tmp_path):
   assert sum(s['env_steps'] for s in schedule) == source['medium_step']
 
 
+def test_ship_from_run_takes_the_expert_at_the_step_asked(
+    tmp_path, monkeypatch):
+  """A run whose last evaluation caught a bad spell ships an earlier
+  snapshot as its expert; later snapshots play no part."""
+  source = behaviour_policies.env_dir('HalfCheetah-v5')
+  run = tmp_path / 'run'
+  (run / 'policies').mkdir(parents=True)
+  evals = {10: 30.0, 20: 100.0, 30: 60.0, 40: 40.0}
+  for step in evals:
+    role = 'final' if step == 20 else 'medium'
+    shutil.copy(source / f'{role}.npz',
+                run / 'policies' / f'step_{step:08d}.npz')
+  (run / 'eval.jsonl').write_text(''.join(
+      __import__('json').dumps({'env_steps': s, 'average_return': r}) + '\n'
+      for s, r in evals.items()))
+  monkeypatch.setattr(behaviour_policies, 'POLICY_DIR', tmp_path / 'ship')
+  with pytest.raises(ValueError, match=r'no evaluated snapshot at '
+                     r'expert_step 25; evaluated ones: \[10, 20, 30, 40\]'):
+    behaviour_policies.ship_from_run(str(run), 'HalfCheetah-v5',
+                                     expert=True, expert_step=25)
+  chosen = behaviour_policies.ship_from_run(
+      str(run), 'HalfCheetah-v5', expert=True, expert_step=20,
+      initial_collect_steps=10)
+  # Medium: the greedy return closest to a third of the expert's 100.
+  assert (chosen['final_step'], chosen['final_return']) == (20, 100.0)
+  assert chosen['medium_step'] == 10
+  shipped = tmp_path / 'ship' / source.name
+  with np.load(shipped / 'expert.npz') as got, np.load(
+      source / 'final.npz') as want:
+    for key in want.files:
+      np.testing.assert_array_equal(got[key], want[key])
+
+
 def test_shipped_roles_load_and_act():
   names = behaviour_policies.shipped_names('HalfCheetah-v5')
   assert {'medium', 'final'} <= set(names)
@@ -91,21 +125,23 @@ def test_shipped_roles_load_and_act():
     assert (policy.observation_size, policy.action_size) == (17, 6)
 
 
-def test_hopper_roles_record_as_d4rl_sizes_them(tmp_path):
-  """Hopper-v5's shipped medium and expert, recorded by transitions in
-  TFDS's encoding: whole episodes, medium-expert the two halves one after
-  the other, and medium's return near the level it was chosen at.
+@pytest.mark.parametrize('env_id', sorted(MEDIUM_RETURN_STD))
+def test_terminating_roles_record_as_d4rl_sizes_them(tmp_path, env_id):
+  """The shipped medium and expert of an env that falls, recorded by
+  transitions in TFDS's encoding: whole episodes, medium-expert the two
+  halves one after the other, and medium's return near the level it was
+  chosen at.
 
-  Medium's episodes return HOPPER_MEDIUM_STD apart (most fall early, some
-  hop 1,000 steps); over the ~20 episodes of 10k transitions the mean
+  Medium's episodes return MEDIUM_RETURN_STD apart (a hopper falls early
+  or hops 1,000 steps); over the episodes of 10k transitions the mean
   stays within 4 standard errors of the shipped level (a false failure
   about 1 in 16,000 runs; the seed is fixed), which rules out random
-  (about 20) and expert (about 3,500) data. The expert never falls in
+  (about 20) and expert (above 3,000) data. The expert never falls in
   its first two episodes.
   """
   def generate(name, policy, budget, kind='policy'):
     return recording.generate_dataset(
-        'Hopper-v5', policy, None, str(tmp_path / name), seed=4, num_envs=2,
+        env_id, policy, None, str(tmp_path / name), seed=4, num_envs=2,
         num_env_steps=budget, dataset_kind=kind, encoding='tfds_d4rl',
         show_progress=False)
 
@@ -121,12 +157,12 @@ def test_hopper_roles_record_as_d4rl_sizes_them(tmp_path):
   expert_episodes = both_episodes[len(medium_episodes):]
   assert [len(ep['reward']) for ep in expert_episodes] == [1001, 1001]
   assert not any(ep['is_terminal'][-1] for ep in expert_episodes)
-  with open(behaviour_policies.env_dir('Hopper-v5') / 'replay' /
+  with open(behaviour_policies.env_dir(env_id) / 'replay' /
             'schedule.json') as f:
     level = __import__('json').load(f)['source']['medium_stochastic_return']
   longer = generate('m10k', 'medium', 10_000)
   returns = [float(np.sum(ep['reward'])) for ep in _episodes(longer.out_dir)]
-  bound = 4 * HOPPER_MEDIUM_STD / np.sqrt(len(returns))
+  bound = 4 * MEDIUM_RETURN_STD[env_id] / np.sqrt(len(returns))
   assert abs(np.mean(returns) - level) < bound, (returns, level, bound)
   # TFDS's encoding: discount 0.0 on every last step, 1.0 before it but on
   # the last real step of a terminated episode.

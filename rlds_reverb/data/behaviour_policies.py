@@ -139,7 +139,8 @@ def ship_from_run(run_dir: str, env_id: str, *,
                   policy_dir: pathlib.Path | None = None,
                   medium_fraction: float = 1 / 3,
                   medium_return: float | None = None,
-                  expert: bool = False, episodes: int = 10,
+                  expert: bool = False, expert_step: int | None = None,
+                  episodes: int = 10,
                   initial_collect_steps: int = 10_000) -> dict:
   """Turns an online run's snapshots into the shipped behaviour policies.
 
@@ -148,7 +149,10 @@ def ship_from_run(run_dir: str, env_id: str, *,
   policy records: sampled actions, `episodes` episodes each (the closest
   three again over 5x as many), snapshots before the last only; without `medium_return`, the one whose greedy
   evaluation return is closest to `medium_fraction` of the run's last.
-  `final` (or `expert`, with `expert`) is the run's last policy; `replay/`
+  `final` (or `expert`, with `expert`) is the run's last evaluated
+  snapshot, or the one at `expert_step` where the last evaluation caught
+  the policy in a bad spell (a walker that falls in some episodes);
+  snapshots after it are not used. `replay/`
   holds the snapshots before `medium` and a schedule saying how many env
   steps each collected in training (the first `initial_collect_steps`
   were uniform random).
@@ -157,7 +161,8 @@ def ship_from_run(run_dir: str, env_id: str, *,
     What was chosen: {'medium_step', 'medium_return', 'final_return', ...}.
 
   Raises:
-    ValueError: the run has no evaluated snapshots.
+    ValueError: the run has no evaluated snapshots, or none at
+      `expert_step`.
   """
   policy_dir = policy_dir or env_dir(env_id)
   evals = {}
@@ -170,7 +175,11 @@ def ship_from_run(run_dir: str, env_id: str, *,
   evaluated = sorted(s for s in steps if s in evals)
   if not evaluated:
     raise ValueError(f'{run_dir} holds no evaluated policy snapshots')
-  final_step = evaluated[-1]
+  if expert_step is not None and expert_step not in evaluated:
+    raise ValueError(f'{run_dir} has no evaluated snapshot at expert_step '
+                     f'{expert_step}; evaluated ones: {evaluated}')
+  final_step = evaluated[-1] if expert_step is None else expert_step
+  evaluated = [s for s in evaluated if s <= final_step]
   final_return = evals[final_step]
   sampled = {}
   if medium_return is not None:
