@@ -87,6 +87,7 @@ PUBLISHED_LINES = tuple(
     'medium_expert_1m',
     'medium_expert_1m_rebrac',
     'medium_expert_1m_bc',
+    'hopper_medium',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
