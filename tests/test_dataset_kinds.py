@@ -3,6 +3,7 @@
 spec, medium-expert as the two datasets one after the other, and the
 shipped medium-replay schedule."""
 
+import json
 import shutil
 
 import numpy as np
@@ -79,7 +80,7 @@ def test_medium_replay_follows_the_shipped_schedule(tmp_path):
         'HalfCheetah-v5', segment['policy']), 'HalfCheetah-v5')
   with open(behaviour_policies.env_dir('HalfCheetah-v5') / 'replay' /
             'schedule.json') as f:
-    source = __import__('json').load(f)['source']
+    source = json.load(f)['source']
   # Medium-replay stops where medium was taken.
   assert sum(s['env_steps'] for s in schedule) == source['medium_step']
 
@@ -97,7 +98,7 @@ def test_ship_from_run_takes_the_expert_at_the_step_asked(
     shutil.copy(source / f'{role}.npz',
                 run / 'policies' / f'step_{step:08d}.npz')
   (run / 'eval.jsonl').write_text(''.join(
-      __import__('json').dumps({'env_steps': s, 'average_return': r}) + '\n'
+      json.dumps({'env_steps': s, 'average_return': r}) + '\n'
       for s, r in evals.items()))
   monkeypatch.setattr(behaviour_policies, 'POLICY_DIR', tmp_path / 'ship')
   with pytest.raises(ValueError, match=r'no evaluated snapshot at '
@@ -159,7 +160,7 @@ def test_terminating_roles_record_as_d4rl_sizes_them(tmp_path, env_id):
   assert not any(ep['is_terminal'][-1] for ep in expert_episodes)
   with open(behaviour_policies.env_dir(env_id) / 'replay' /
             'schedule.json') as f:
-    level = __import__('json').load(f)['source']['medium_stochastic_return']
+    level = json.load(f)['source']['medium_stochastic_return']
   longer = generate('m10k', 'medium', 10_000)
   returns = [float(np.sum(ep['reward'])) for ep in _episodes(longer.out_dir)]
   bound = 4 * MEDIUM_RETURN_STD[env_id] / np.sqrt(len(returns))

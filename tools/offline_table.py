@@ -236,8 +236,8 @@ DATASET_KINDS = ('medium', 'medium-replay', 'medium-expert') + tuple(
 
 
 def _dataset_label(kind: str) -> str:
-  return kind if '-' in kind and kind.split('-')[0] in (
-      'hopper', 'walker2d') else f'halfcheetah-{kind}'
+  named = kind.split('-')[0] in ('hopper', 'walker2d')
+  return kind if named else f'halfcheetah-{kind}'
 SHORT_BUDGET = 30_000  # The gradient steps of the 3-seed rows.
 WITHIN = 5.0  # The issue's target: within 5 points of CORL.
 
