@@ -15,6 +15,16 @@ The rows of the live transitions are kept in an index variable, so a
 uniform draw is one random integer and one gather per field, inside the
 learner's `tf.function`. Book-keeping of which rows hold which episode is
 numpy on the host, done when episodes are added, never per sample.
+
+Image observations (uint8 leaves of rank 2 or 3 under `observation`) are
+kept one frame per step, as the environment gave them. With `frame_stack`
+k > 1, reading a row assembles the frames of that row and the k - 1 rows
+before it, oldest first, on the last axis ([H, W] -> [H, W, k]; [H, W, C]
+-> [H, W, k * C], as channel-last frame stackers concatenate them). A stack
+never reaches into the episode before: its missing frames repeat the
+episode's first frame, as gymnasium's `FrameStackObservation` pads at a
+reset. Stacks are therefore never stored, and a transition's next
+observation is the stack one row on.
 """
 
 from __future__ import annotations
@@ -44,6 +54,35 @@ class Added:
       default_factory=lambda: np.zeros(0, np.uint64))
 
 
+def is_frame(path: Sequence[Any], spec: Any) -> bool:
+  """Whether a leaf of the stored step is an image frame: uint8 of rank 2
+  ([H, W]) or 3 ([H, W, C]) under `observation`."""
+  return (bool(path) and path[0] == 'observation'
+          and tf.as_dtype(spec.dtype) == tf.uint8
+          and spec.shape.rank in (2, 3))
+
+
+def stacked_shape(shape: Sequence[int], frame_stack: int) -> list[int]:
+  """The shape of a stack of `frame_stack` frames of `shape`."""
+  shape = list(shape)
+  if len(shape) == 2:
+    return shape + [frame_stack]
+  return shape[:-1] + [shape[-1] * frame_stack]
+
+
+def stacked_spec(data_spec: Any, frame_stack: int) -> Any:
+  """`data_spec` with each image frame replaced by its stack (what a
+  learner's networks take when the memory stacks frames)."""
+  if frame_stack == 1:
+    return data_spec
+  def stack(path, spec):
+    if not is_frame(path, spec):
+      return spec
+    return tf.TensorSpec(stacked_shape(spec.shape.as_list(), frame_stack),
+                         spec.dtype, getattr(spec, 'name', None))
+  return tree.map_structure_with_path(stack, data_spec)
+
+
 def _check_positive_int(name: str, value: Any) -> int:
   if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
       or value < 1):
@@ -63,11 +102,15 @@ class TransitionMemory(tf.Module):
   def __init__(self, data_spec: Any, capacity: int, *,
                float_dtype: Optional[tf.DType] = tf.float32,
                with_episode_bounds: bool = False,
+               frame_stack: int = 1,
                name: str = 'transition_memory'):
     """`with_episode_bounds` also keeps, per row, the first and last row of
-    its episode (hindsight relabelling draws goals from them)."""
+    its episode (hindsight relabelling draws goals from them; frame stacks
+    stop at the first). `frame_stack` > 1 reads image observations as
+    stacks of that many frames."""
     super().__init__(name=name)
     self.capacity = _check_positive_int('capacity', capacity)
+    self.frame_stack = _check_positive_int('frame_stack', frame_stack)
     if not tree.flatten(data_spec):
       raise ValueError(f'data_spec holds no spec: {data_spec!r}')
     self.data_spec = data_spec
@@ -77,20 +120,26 @@ class TransitionMemory(tf.Module):
     # Rows are packed: the fields of one dtype side by side in one matrix
     # [capacity, width], so a draw touches each row's memory once per dtype
     # instead of once per field (random rows of a large memory are cache
-    # misses, which cost a learner more than the ops).
+    # misses, which cost a learner more than the ops). Frames that are
+    # read as stacks have a matrix of their own: a stack gathers k rows of
+    # it, and the other fields only one.
     self._layout = []  # per leaf: (group, offset, width, shape)
-    widths: dict[tf.DType, int] = {}
-    for spec in tree.flatten(data_spec):
-      dtype = tf.as_dtype(spec.dtype)
+    widths: dict[tuple[tf.DType, bool], int] = {}
+    for path, spec in tree.flatten_with_path(data_spec):
+      group = (tf.as_dtype(spec.dtype),
+               self.frame_stack > 1 and is_frame(path, spec))
       width = int(np.prod(spec.shape.as_list(), dtype=np.int64))
-      self._layout.append((dtype, widths.get(dtype, 0), width,
+      self._layout.append((group, widths.get(group, 0), width,
                            spec.shape.as_list()))
-      widths[dtype] = widths.get(dtype, 0) + width
+      widths[group] = widths.get(group, 0) + width
     self._groups = list(widths)
-    self._columns = [tf.Variable(tf.zeros([self.capacity, widths[dtype]],
-                                          dtype), trainable=False,
-                                 name=f'rows_{dtype.name}')
-                     for dtype in self._groups]
+    self._columns = [tf.Variable(tf.zeros([self.capacity, widths[group]],
+                                          group[0]), trainable=False,
+                                 name=f'{"frames" if group[1] else "rows"}_'
+                                 f'{group[0].name}')
+                     for group in self._groups]
+    with_episode_bounds = with_episode_bounds or any(
+        stacked for _, stacked in self._groups)
     self._index = tf.Variable(tf.zeros([self.capacity], tf.int32),
                               trainable=False, name='transition_rows')
     self.num_transitions = tf.Variable(0, dtype=tf.int32, trainable=False,
@@ -123,7 +172,8 @@ class TransitionMemory(tf.Module):
       if self._float_dtype is not None and dtype.is_floating:
         dtype = self._float_dtype
       return tf.TensorSpec(spec.shape, dtype)
-    return tf.nest.map_structure(read_spec, self.data_spec)
+    return tf.nest.map_structure(
+        read_spec, stacked_spec(self.data_spec, self.frame_stack))
 
   def transition_rows(self) -> np.ndarray:
     """Rows where a live transition starts, ascending."""
@@ -196,11 +246,11 @@ class TransitionMemory(tf.Module):
       pick = len(all_rows) - 1 - last_seen
       target = all_rows[pick][:, None].astype(np.int64)
       fields = [np.concatenate(values)[pick] for values in zip(*parts)]
-      for dtype, column in zip(self._groups, self._columns):
+      for group, column in zip(self._groups, self._columns):
         packed = np.concatenate(
             [field.reshape(len(field), -1) for field, layout in
-             zip(fields, self._layout) if layout[0] == dtype], axis=1)
-        column.scatter_nd_update(target, tf.constant(packed, dtype=dtype))
+             zip(fields, self._layout) if layout[0] == group], axis=1)
+        column.scatter_nd_update(target, tf.constant(packed, dtype=group[0]))
       if self.with_episode_bounds:
         self.episode_first.scatter_nd_update(
             target, np.concatenate(firsts)[pick].astype(np.int32))
@@ -277,26 +327,54 @@ class TransitionMemory(tf.Module):
     slot = tf.random.uniform([batch_size], 0, self.num_transitions, tf.int32)
     return tf.gather(self._index, slot)
 
+  def frame_rows(self, rows: tf.Tensor) -> tf.Tensor:
+    """Rows of the frames stacked at `rows`: [..., frame_stack], oldest
+    first, none before the first row of the row's episode."""
+    first = tf.cast(tf.gather(self.episode_first, rows), rows.dtype)
+    offsets = tf.range(1 - self.frame_stack, 1, dtype=rows.dtype)
+    return tf.maximum(rows[..., None] + offsets, first[..., None])
+
   def read(self, rows: tf.Tensor) -> Any:
-    """The stored steps at `rows` (any shape), floats cast."""
+    """The stored steps at `rows` (any shape), floats cast, frames stacked."""
     rows = tf.convert_to_tensor(rows)
     gathered = {}
-    for dtype, column in zip(self._groups, self._columns):
-      x = tf.gather(column, rows)
+    for group, column in zip(self._groups, self._columns):
+      dtype, stacked = group
+      x = tf.gather(column, self.frame_rows(rows) if stacked else rows)
       if (self._float_dtype is not None and dtype.is_floating
           and dtype != self._float_dtype):
         x = tf.cast(x, self._float_dtype)
-      gathered[dtype] = x
+      gathered[group] = x
     outer = (rows.shape.as_list() if rows.shape.is_fully_defined()
              else tf.shape(rows))
     leaves = []
-    for dtype, offset, width, shape in self._layout:
-      x = gathered[dtype][..., offset:offset + width]
-      if isinstance(outer, list):
+    for group, offset, width, shape in self._layout:
+      x = gathered[group][..., offset:offset + width]
+      if group[1]:
+        leaves.append(self._stack(x, outer, shape, rows.shape.rank))
+      elif isinstance(outer, list):
         leaves.append(tf.reshape(x, outer + shape))
       else:
         leaves.append(tf.reshape(x, tf.concat([outer, shape], 0)))
     return tree.unflatten_as(self.data_spec, leaves)
+
+  def _stack(self, frames: tf.Tensor, outer: Any, shape: list[int],
+             outer_rank: int) -> tf.Tensor:
+    """[..., k, H*W*C] flat frames -> [..., H, W, k] or [..., H, W, k*C]."""
+    k = self.frame_stack
+    if isinstance(outer, list):
+      x = tf.reshape(frames, outer + [k] + shape)
+    else:
+      x = tf.reshape(frames, tf.concat([outer, [k], shape], 0))
+    # Move the frame axis after H and W (before C, if any).
+    perm = (list(range(outer_rank)) + [outer_rank + 1, outer_rank + 2,
+                                       outer_rank]
+            + list(range(outer_rank + 3, outer_rank + 1 + len(shape))))
+    x = tf.transpose(x, perm)
+    target = stacked_shape(shape, k)
+    if isinstance(outer, list):
+      return tf.reshape(x, outer + target)
+    return tf.reshape(x, tf.concat([outer, target], 0))
 
   def transitions(self, rows: tf.Tensor, *, n_step: int = 1,
                   gamma: float = 0.99) -> Any:

@@ -66,6 +66,9 @@ class Settings:
   """n-step returns (uniform and prioritized)."""
   gamma: float = 0.99
   """Discount of the n-step returns (the agent's)."""
+  frame_stack: int = 1
+  """Image observations are read as stacks of this many frames (stored
+  once per step; see `memory.TransitionMemory`)."""
 
 
 class UniformReplay:
@@ -116,7 +119,8 @@ class UniformReplay:
   # -- the memory
   def _make_memory(self, steps: int) -> memory_lib.TransitionMemory:
     return memory_lib.TransitionMemory(
-        self.settings.data_spec, self._capacity(steps))
+        self.settings.data_spec, self._capacity(steps),
+        frame_stack=self.settings.frame_stack)
 
   def _capacity(self, steps: int) -> int:
     if self.settings.grow:

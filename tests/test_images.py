@@ -1,0 +1,274 @@
+"""Image observations through the layers: RLDS episodes whose observation
+is a uint8 frame (or a dict of frames and vectors) convert, validate, push
+and load into the in-memory feed byte for byte, and the feed assembles
+frame stacks at sample time that equal stacks built by hand, at episode
+starts, ends and across an eviction, for uniform, n-step and prioritized
+draws. A real Reverb server throughout."""
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+import tree
+
+import rlds_reverb
+from rlds_reverb.data import validate
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import feeds
+from rlds_reverb.replay import memory as memory_lib
+from rlds_reverb.replay import per
+from rlds_reverb.replay import variants
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
+
+K = 4  # Frames per stack.
+
+
+def _image_episodes(lengths, shape=(6, 5), terminal=None, seed=0,
+                    with_state=False):
+  """RLDS episodes whose frames are random uint8 images; frame t of episode
+  i also carries (i, t) in its first two pixels, so a frame taken from the
+  wrong step or episode is named by the failure."""
+  rng = np.random.default_rng(seed)
+  episodes = fx.episodes_with_lengths(lengths, terminal=terminal, seed=seed)
+  out = []
+  for i, episode in enumerate(episodes):
+    n = len(episode['reward'])
+    frames = rng.integers(0, 256, (n,) + shape, dtype=np.uint8)
+    flat = frames.reshape(n, -1)
+    flat[:, 0], flat[:, 1] = i, np.arange(n)
+    observation = frames
+    if with_state:
+      observation = {'pixels': frames,
+                     'state': rng.standard_normal((n, 2)).astype(np.float32)}
+    out.append(fx.with_fields(episode, observation=observation))
+  return out
+
+
+def _pixels(observation):
+  return observation['pixels'] if isinstance(observation, dict) \
+      else observation
+
+
+def _hand_stack(frames: np.ndarray, t: int) -> np.ndarray:
+  """Frames max(t - K + 1, 0) .. t of one episode, repeated first frame
+  before the start, stacked on the last axis as channel-last stackers do."""
+  picked = [frames[max(t - j, 0)] for j in range(K - 1, -1, -1)]
+  if frames.ndim == 3:  # [T, H, W]
+    return np.stack(picked, axis=-1)
+  return np.concatenate(picked, axis=-1)  # [T, H, W, C] -> [H, W, K * C]
+
+
+def _server(spec, directory=None):
+  checkpointer = (reverb.checkpointers.DefaultCheckpointer(directory)
+                  if directory else None)
+  server = reverb.Server(
+      [episode_table.make_table('episodes', spec, max_episodes=1000)],
+      checkpointer=checkpointer)
+  return server, reverb.Client(f'localhost:{server.port}')
+
+
+def _replay(spec, frame_stack=1, capacity=1, **kwargs):
+  return variants.UniformReplay(variants.Settings(
+      table='episodes', data_spec=spec, batch_size=8, capacity=capacity,
+      max_episodes=1000, grow=True, frame_stack=frame_stack, **kwargs))
+
+
+def _by_episode(memory):
+  """episode number -> (first row, length), from the frames' own tags."""
+  out = {}
+  for _, first, length in memory.episode_rows():
+    pixel = _pixels(memory.read(tf.constant(first)).observation).numpy()
+    pixel = pixel.reshape(pixel.shape[0], pixel.shape[1], -1)[0, 0]
+    # With stacks, the row's own frame is the last of the stack.
+    channels = len(pixel) // memory.frame_stack
+    out[int(pixel[(memory.frame_stack - 1) * channels])] = (first, length)
+  return out
+
+
+def test_image_episodes_round_trip_convert_push_load_byte_for_byte():
+  episodes = _image_episodes([5, 1, 9], shape=(12, 10, 3), with_state=True,
+                             terminal=[True, True, False])
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  assert spec.observation['pixels'] == tf.TensorSpec([12, 10, 3], tf.uint8)
+  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
+               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  for number, trajectory in enumerate(converted):
+    validate.check_episode(trajectory, f'episode {number}')  # No error.
+    np.testing.assert_array_equal(trajectory.observation['pixels'],
+                                  episodes[number]['observation']['pixels'])
+  server, client = _server(spec)
+  try:
+    rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
+                                   sequence_length=None,
+                                   priority=episode_table.UNREAD)
+    replay = _replay(spec)
+    assert replay.start(client) == 3
+    rows = _by_episode(replay.memory)
+    for number, trajectory in enumerate(converted):
+      first, length = rows[number]
+      assert length == len(trajectory.step_type)
+      stored = replay.memory.read(tf.range(first, first + length))
+      for path, want in tree.flatten_with_path(trajectory):
+        got = tree.flatten_with_path(stored)
+        got = dict(got)[path].numpy()
+        assert got.dtype == want.dtype, path
+        np.testing.assert_array_equal(got, want, err_msg=str(path))
+  finally:
+    server.stop()
+
+
+def test_a_bad_state_beside_images_is_still_named():
+  episodes = _image_episodes([4], with_state=True)
+  episodes[0]['observation']['state'][2, 1] = np.nan
+  trajectory = tree.map_structure(
+      lambda x: x.numpy(), next(iter(rlds_reverb.convert_rlds_to_episodes(
+          fx.make_rlds(episodes)))).trajectory)
+  with pytest.raises(validate.InvalidDataError,
+                     match=r"episode 0, step 2: observation\['state'\]\[1\] "
+                     'is nan'):
+    validate.check_episode(trajectory, 'episode 0')
+
+
+def test_reverb_compresses_image_episodes():
+  # Frames that repeat within an episode: a compressed chunk is a fraction
+  # of the raw frames; an uncompressed one could not be.
+  rng = np.random.default_rng(1)
+  episodes = fx.episodes_with_lengths([200, 200])
+  for episode in episodes:
+    episode['observation'] = np.repeat(
+        rng.integers(0, 256, (1, 84, 84), dtype=np.uint8), 200, axis=0)
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  directory = tempfile.mkdtemp()
+  server, client = _server(spec, directory)
+  try:
+    rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
+                                   sequence_length=None,
+                                   priority=episode_table.UNREAD)
+    client.checkpoint()
+  finally:
+    server.stop()
+  stored = sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(directory) for name in names)
+  raw = 400 * 84 * 84
+  assert stored < raw / 10, (stored, raw)
+
+
+@pytest.mark.parametrize('shape', [(6, 5), (4, 3, 2)])
+def test_stacks_equal_hand_built_stacks_at_starts_ends_and_evictions(shape):
+  lengths = [7, 1, 2, 3, 6, 2]
+  episodes = _image_episodes(lengths, shape=shape)
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
+               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  # 14 rows: episode 4 wraps to row 0 and evicts episode 0, episode 5
+  # follows it and evicts episode 1.
+  memory = memory_lib.TransitionMemory(spec, 14, frame_stack=K)
+  memory.add(converted)
+  stacked = memory_lib.stacked_shape(shape, K)
+  assert memory.transition_spec().observation.shape.as_list() == stacked
+  assert memory_lib.stacked_spec(spec, K).observation.shape.as_list() == \
+      stacked
+  live = _by_episode(memory)
+  assert sorted(live) == [2, 3, 4, 5]
+  rows = memory.transition_rows()
+  batch = memory.transitions(tf.constant(rows))
+  pixels = batch.observation.numpy()
+  checked = 0
+  for number, (first, length) in live.items():
+    frames = episodes[number]['observation']
+    for t in range(length - 1):
+      at = int(np.flatnonzero(rows == first + t)[0])
+      np.testing.assert_array_equal(pixels[at, 0], _hand_stack(frames, t))
+      np.testing.assert_array_equal(pixels[at, 1],
+                                    _hand_stack(frames, t + 1))
+      checked += 1
+  assert checked == len(rows) == 1 + 2 + 5 + 1
+
+
+def test_n_step_and_prioritized_draws_assemble_the_same_stacks():
+  lengths = [6, 3, 8]
+  episodes = _image_episodes(lengths, terminal=[True, False, True])
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
+               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  memory = memory_lib.TransitionMemory(spec, sum(lengths), frame_stack=K)
+  memory.add(converted)
+  live = _by_episode(memory)
+  where = {}  # row -> (episode, t)
+  for number, (first, length) in live.items():
+    for t in range(length):
+      where[first + t] = (number, t)
+
+  # n-step: the item spans t -> t + m, m = 3 or fewer at the episode's end.
+  rows = memory.transition_rows()
+  batch = memory.transitions(tf.constant(rows), n_step=3, gamma=0.9)
+  for i, row in enumerate(rows):
+    number, t = where[int(row)]
+    m = min(3, lengths[number] - 1 - t)
+    frames = episodes[number]['observation']
+    np.testing.assert_array_equal(batch.observation[i, 0].numpy(),
+                                  _hand_stack(frames, t))
+    np.testing.assert_array_equal(batch.observation[i, 1].numpy(),
+                                  _hand_stack(frames, t + m))
+
+  # Prioritized: every drawn row's stacks are that row's.
+  feed = feeds.PrioritizedFeed(memory, 64, per.PerConfig(alpha=1.0))
+  priorities = np.zeros(len(rows), np.float32)
+  priorities[[0, 5, len(rows) - 1]] = [1.0, 2.0, 3.0]
+  feed.set_priorities(rows, np.maximum(priorities, 1e-8))
+  drawn, info = feed()
+  drawn_rows = info.rows.numpy()
+  assert set(drawn_rows) <= {int(rows[0]), int(rows[5]), int(rows[-1])}
+  for i, row in enumerate(drawn_rows):
+    number, t = where[int(row)]
+    frames = episodes[number]['observation']
+    np.testing.assert_array_equal(drawn.observation[i, 0].numpy(),
+                                  _hand_stack(frames, t))
+    np.testing.assert_array_equal(drawn.observation[i, 1].numpy(),
+                                  _hand_stack(frames, t + 1))
+
+
+def test_frames_are_kept_once_per_step():
+  episodes = _image_episodes([50, 50], shape=(84, 84))
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
+               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  memory = memory_lib.TransitionMemory(spec, 100, frame_stack=K)
+  memory.add(converted)
+  # One 84x84 frame per row plus the scalars, the index and the episode
+  # bounds: never the stack of 4.
+  per_row = memory.bytes / memory.capacity
+  assert 84 * 84 < per_row < 1.1 * 84 * 84, per_row
+
+
+def test_frame_stack_setting_reaches_the_feed_of_a_replay():
+  episodes = _image_episodes([5, 4])
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  server, client = _server(spec)
+  try:
+    rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
+                                   sequence_length=None,
+                                   priority=episode_table.UNREAD)
+    replay = _replay(spec, frame_stack=K, n_step=2)
+    replay.start(client)
+    batch = replay.feed()()
+    assert batch.observation.shape.as_list() == [8, 2, 6, 5, K]
+    assert batch.observation.dtype == tf.uint8
+  finally:
+    server.stop()
+
+
+def test_bad_frame_stack_is_refused():
+  spec = rlds_reverb.create_trajectory_data_spec(
+      fx.make_rlds(_image_episodes([3])))
+  with pytest.raises(ValueError, match='frame_stack must be a positive'):
+    memory_lib.TransitionMemory(spec, 10, frame_stack=0)
