@@ -33,6 +33,11 @@ INSTALL_REQUIRES = [
     # datasets.load('minari:ID'); 0.5.4 needs numpy >= 2. Downloading also
     # needs the hf extra (huggingface_hub), left out: see docs/datasets.md.
     'minari[hdf5]==0.5.3',
+    # Atari (pipelines.generate --env ALE/Pong-v5): ale-py's wheel ships the
+    # ROMs; gymnasium's AtariPreprocessing needs OpenCV, and 4.11+ wants
+    # numpy >= 2.
+    'ale-py==0.12.1',
+    'opencv-python-headless<4.11',
 ]
 
 setuptools.setup(

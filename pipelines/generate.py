@@ -30,7 +30,10 @@ _ENV = flags.DEFINE_string(
     'env', None, 'gymnasium env id with a Box action space and a Box '
     'observation space (e.g. HalfCheetah-v5) or a goal dict of Boxes '
     '(observation, achieved_goal, desired_goal; e.g. FetchReach-v4, stored '
-    'as a dict observation feature).')
+    'as a dict observation feature), or an Atari game as ALE/<Game>-v5 '
+    '(e.g. ALE/Pong-v5: one 84x84 grey uint8 frame per step, frame skip 4, '
+    'up to 30 no-ops at reset, sticky actions as v5 defines them; lives '
+    'and rewards kept as the game gives them; time limit 27000 steps).')
 _POLICY = flags.DEFINE_string(
     'policy', 'random',
     'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5, '

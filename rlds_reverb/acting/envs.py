@@ -17,6 +17,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from rlds_reverb.acting import atari
 from rlds_reverb.replay import her
 
 # D4RL's reference returns (d4rl/infos.py): a random and an expert policy.
@@ -98,7 +99,10 @@ def register_robotics_envs(env_id: str) -> None:
 
 
 def make_env(env_id: str, **kwargs) -> gym.Env:
-  """gym.make with a one-line error for unknown or broken env ids."""
+  """gym.make with a one-line error for unknown or broken env ids; Atari
+  ids (`ALE/...`) come preprocessed (`atari.make_atari`)."""
+  if atari.is_atari(env_id):
+    return atari.make_atari(env_id, **kwargs)
   register_robotics_envs(env_id)
   try:
     return gym.make(env_id, **kwargs)
@@ -146,7 +150,10 @@ def env_specs(env_id: str) -> EnvSpecs:
   if not isinstance(obs_space, gym.spaces.Box):
     raise ValueError(f'env {env_id!r}: observation space must be a Box, got '
                      f'{obs_space}')
-  obs_spec = tf.TensorSpec(obs_space.shape, tf.float32, name='observation')
+  # Image frames stay uint8 (the networks scale them); vectors are float32.
+  image = obs_space.dtype == np.uint8 and len(obs_space.shape) in (2, 3)
+  obs_spec = tf.TensorSpec(obs_space.shape, tf.uint8 if image else tf.float32,
+                           name='observation')
   if isinstance(act_space, gym.spaces.Discrete):
     low, high = int(act_space.start), int(act_space.start + act_space.n - 1)
     return EnvSpecs(

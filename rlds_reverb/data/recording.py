@@ -30,6 +30,7 @@ import tree
 from rlds_reverb.data import behaviour_policies
 from rlds_reverb.data import d4rl_format
 from rlds_reverb.data import tfds_writer
+from rlds_reverb.acting import atari
 from rlds_reverb.acting import envs as acting_envs
 from rlds_reverb.acting import rollout
 
@@ -42,12 +43,13 @@ class Policy(Protocol):
 
 
 # Registry entries: (single action space, seed) -> policy.
-PolicyFactory = Callable[[gym.spaces.Box, 'int | None'], Policy]
+PolicyFactory = Callable[[gym.spaces.Space, 'int | None'], Policy]
 
 
-def make_random_policy(action_space: gym.spaces.Box,
+def make_random_policy(action_space: gym.spaces.Box | gym.spaces.Discrete,
                        seed: int | None) -> Policy:
-  """Uniform random actions over a bounded Box; log-prob is the uniform one.
+  """Uniform random actions over a bounded Box or a Discrete space;
+  log-prob is the uniform one.
 
   Args:
     action_space: the single (not batched) action space.
@@ -59,13 +61,21 @@ def make_random_policy(action_space: gym.spaces.Box,
   Raises:
     ValueError: if the action space is unbounded.
   """
+  rng = np.random.default_rng(seed)
+  if isinstance(action_space, gym.spaces.Discrete):
+    start, n = int(action_space.start), int(action_space.n)
+
+    def discrete(observations: Any) -> tuple[np.ndarray, np.ndarray]:
+      count = len(tree.flatten(observations)[0])
+      return (rng.integers(start, start + n, count).astype(np.int64),
+              np.full((count,), -np.log(n), dtype=np.float64))
+    return discrete
   low = action_space.low.astype(np.float64)
   high = action_space.high.astype(np.float64)
   if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
     raise ValueError(
         f'policy random needs a bounded action space, got {action_space}')
   log_prob = -float(np.sum(np.log(high - low)))
-  rng = np.random.default_rng(seed)
 
   def policy(observations: Any) -> tuple[np.ndarray, np.ndarray]:
     n = len(tree.flatten(observations)[0])  # goal envs: a dict of batches
@@ -106,14 +116,15 @@ def make_vector_env(env_id: str, num_envs: int,
     ValueError: if `env_id` is not a registered gymnasium env or cannot be
       made.
   """
-  acting_envs.register_robotics_envs(env_id)
-  try:
-    gym.spec(env_id)
-  except gym.error.Error as e:
-    raise ValueError(
-        f'unknown env id {env_id!r}: not registered with gymnasium ({e})'
-    ) from None
-  make = functools.partial(gym.make, env_id,
+  if not atari.is_atari(env_id):
+    acting_envs.register_robotics_envs(env_id)
+    try:
+      gym.spec(env_id)
+    except gym.error.Error as e:
+      raise ValueError(
+          f'unknown env id {env_id!r}: not registered with gymnasium ({e})'
+      ) from None
+  make = functools.partial(acting_envs.make_env, env_id,
                            max_episode_steps=max_episode_steps)
   try:
     return gym.vector.SyncVectorEnv(
@@ -138,9 +149,11 @@ def make_step_spec(envs: gym.vector.SyncVectorEnv,
   A goal env's dict observation (Box `observation`, `achieved_goal`,
   `desired_goal`) is stored as a dict feature of float32 vectors.
 
+  Atari's Discrete actions are stored as int64, its frames as uint8.
+
   Raises:
     ValueError: if observations are neither a Box nor a goal dict of Boxes,
-      or actions are not a Box.
+      or actions are neither a Box nor Discrete.
   """
   obs_space, act_space = envs.single_observation_space, envs.single_action_space
   if isinstance(obs_space, gym.spaces.Dict):
@@ -154,17 +167,20 @@ def make_step_spec(envs: gym.vector.SyncVectorEnv,
   else:
     observation_shape = tuple(getattr(obs_space, 'shape', None) or ())
     observation_dtype = _stored_dtype(getattr(obs_space, 'dtype', np.float32))
-  for what, space in (('observation', obs_space), ('action', act_space)):
-    if not isinstance(space, (gym.spaces.Box, gym.spaces.Dict)) or (
-        what == 'action' and not isinstance(space, gym.spaces.Box)):
-      raise ValueError(
-          f'env {env_id!r}: {what} space must be a Box, got {space}')
+  if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Dict)):
+    raise ValueError(
+        f'env {env_id!r}: observation space must be a Box, got {obs_space}')
+  discrete = isinstance(act_space, gym.spaces.Discrete)
+  if not (discrete or isinstance(act_space, gym.spaces.Box)):
+    raise ValueError(f'env {env_id!r}: action space must be a Box or '
+                     f'Discrete, got {act_space}')
   data = _physics(envs.envs[0])
   return tfds_writer.StepSpec(
       observation_shape=observation_shape,
       action_shape=tuple(act_space.shape),
       observation_dtype=observation_dtype,
-      action_dtype=_stored_dtype(act_space.dtype),
+      action_dtype=(np.dtype(np.int64) if discrete
+                    else _stored_dtype(act_space.dtype)),
       qpos_shape=None if data is None else tuple(data.qpos.shape),
       qvel_shape=None if data is None else tuple(data.qvel.shape))
 

@@ -74,8 +74,13 @@ def make_features(spec: StepSpec) -> tfds.features.FeaturesDict:
         key: tfds.features.Tensor(shape=shape, dtype=spec.observation_dtype)
         for key, shape in spec.observation_shape.items()})
   else:
-    observation = tfds.features.Tensor(shape=spec.observation_shape,
-                                       dtype=spec.observation_dtype)
+    # Image frames are zlib-compressed on disk (Atari's compress 10x).
+    image = (spec.observation_dtype == np.uint8
+             and len(spec.observation_shape) in (2, 3))
+    observation = tfds.features.Tensor(
+        shape=spec.observation_shape, dtype=spec.observation_dtype,
+        encoding=(tfds.features.Encoding.ZLIB if image
+                  else tfds.features.Encoding.NONE))
   steps = {
       'observation': observation,
       'action': tfds.features.Tensor(

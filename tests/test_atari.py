@@ -1,0 +1,108 @@
+"""Atari recorded as RLDS (`pipelines.generate --env ALE/Pong-v5`): one
+84x84 grey uint8 frame per step, the env's own frames and actions, time
+limits as truncation, and the data through push and the frame-stacking
+memory. Real ale-py Pong, a few hundred steps."""
+
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+import tree
+
+import rlds_reverb
+from rlds_reverb.acting import atari
+from rlds_reverb.acting import envs as acting_envs
+from rlds_reverb.data import datasets
+from rlds_reverb.data import recording
+from rlds_reverb.replay import episode_table
+from rlds_reverb.replay import variants
+
+LIMIT = 60  # Agent steps per episode: a time limit, so truncated endings.
+
+
+@pytest.fixture(scope='module')
+def pong(tmp_path_factory):
+  out = tmp_path_factory.mktemp('pong')
+  summary = recording.generate_dataset(
+      'ALE/Pong-v5', 'random', 2, str(out), seed=3, max_episode_steps=LIMIT,
+      show_progress=False)
+  episodes = [tree.map_structure(
+      lambda x: x.numpy(), e['steps'].batch(10**6).get_single_element())
+              for e in datasets.load(str(out))]
+  return summary, episodes, str(out)
+
+
+def test_specs_keep_frames_uint8_and_actions_discrete():
+  specs = acting_envs.env_specs('ALE/Pong-v5')
+  assert specs.time_step_spec.observation == tf.TensorSpec(
+      [84, 84], tf.uint8, name='observation')
+  assert specs.discrete and int(specs.action_spec.maximum) == 5
+  assert specs.max_episode_steps == atari.MAX_EPISODE_STEPS == 27_000
+
+
+def test_one_frame_per_step_truncated_at_the_time_limit(pong):
+  summary, episodes, _ = pong
+  assert summary.num_episodes == 2 and summary.num_env_steps == 2 * LIMIT
+  for steps in episodes:
+    assert steps['observation'].shape == (LIMIT + 1, 84, 84)
+    assert steps['observation'].dtype == np.uint8
+    assert steps['action'].dtype == np.int64
+    assert set(np.unique(steps['action'][:-1])) <= set(range(6))
+    assert steps['is_last'][-1] and not steps['is_terminal'][-1]
+    assert not steps['is_last'][:-1].any()
+  # Two sub-envs, two seeds: not the same game.
+  assert not np.array_equal(episodes[0]['observation'],
+                            episodes[1]['observation'])
+
+
+def test_recorded_frames_are_the_envs_frames(pong):
+  # Replaying the recorded actions in an env reset with the recording's
+  # seed gives back every recorded frame (sticky actions included: the
+  # env's own generator is seeded by the reset).
+  _, episodes, _ = pong
+  matched = 0
+  for i in range(2):
+    env = atari.make_atari('ALE/Pong-v5', max_episode_steps=LIMIT)
+    frame, _ = env.reset(seed=3 + i)
+    steps = next(s for s in episodes
+                 if np.array_equal(s['observation'][0], frame))
+    for t in range(LIMIT):
+      frame, reward, terminated, truncated, _ = env.step(
+          int(steps['action'][t]))
+      np.testing.assert_array_equal(steps['observation'][t + 1], frame)
+      assert steps['reward'][t] == reward
+      matched += 1
+    assert truncated and not terminated
+    env.close()
+  assert matched == 2 * LIMIT
+
+
+def test_pushed_pong_is_read_back_in_stacks(pong):
+  _, episodes, out = pong
+  rlds_data = datasets.load(out)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  server = reverb.Server(
+      [episode_table.make_table('episodes', spec, max_episodes=10)])
+  client = reverb.Client(f'localhost:{server.port}')
+  try:
+    rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
+                                   sequence_length=None,
+                                   priority=episode_table.UNREAD)
+    replay = variants.UniformReplay(variants.Settings(
+        table='episodes', data_spec=spec, batch_size=32, capacity=1,
+        max_episodes=10, grow=True, frame_stack=4))
+    assert replay.start(client) == 2
+    memory = replay.memory
+    for _, first, length in memory.episode_rows():
+      stacks = memory.read(tf.range(first, first + length)).observation
+      frames = stacks.numpy()[..., -1]
+      steps = next(s for s in episodes
+                   if np.array_equal(s['observation'], frames))
+      # Row t's stack: frames t-3..t, the first frame repeated before t=0.
+      np.testing.assert_array_equal(
+          stacks[2].numpy(), np.stack([steps['observation'][i]
+                                       for i in (0, 0, 1, 2)], axis=-1))
+    batch = replay.feed()()
+    assert batch.observation.shape.as_list() == [32, 2, 84, 84, 4]
+  finally:
+    server.stop()
