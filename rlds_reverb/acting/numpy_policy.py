@@ -24,6 +24,9 @@ Three heads, matching the TF-Agents networks the learners use:
   'categorical'  on-policy actors with discrete actions: the outputs are
                  logits of action_low..action_high.
 Hidden layers are relu, or tanh where `activation` says so (PPO's).
+Image policies (the Nature DQN encoder, `agents.image_networks`) run their
+valid convolutions first, on uint8 frame stacks scaled by `obs_scale`, and
+flatten channel-last as Keras does.
 Observations are normalised with (obs - obs_mean) / obs_std first when the
 policy carries those statistics (TD3+BC trains on normalised states).
 """
@@ -54,6 +57,17 @@ def normalise(observations: np.ndarray, obs_mean: np.ndarray | None,
   if obs_clip is not None:
     x = np.clip(x, -obs_clip, obs_clip)
   return x
+
+
+def conv2d(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray,
+           stride: int) -> np.ndarray:
+  """A valid 2-D convolution of [B, H, W, C] by [kh, kw, C, F], as Keras'
+  Conv2D computes it, through one matrix product of the strided windows."""
+  kh, kw = kernel.shape[:2]
+  windows = np.lib.stride_tricks.sliding_window_view(
+      x, (kh, kw), axis=(1, 2))[:, ::stride, ::stride]  # [B, h, w, C, kh, kw]
+  return np.tensordot(windows, kernel.transpose(2, 0, 1, 3),
+                      axes=([3, 4, 5], [0, 1, 2])) + bias
 
 
 def sample_gaussian(mean: np.ndarray, log_std: np.ndarray,
@@ -101,6 +115,9 @@ class NumpyPolicy:
     metadata: JSON-able facts about where the weights came from.
     activation: of the hidden layers, one of ACTIVATIONS.
     log_std: the 'gaussian' head's log standard deviations [action size].
+    conv_kernels, conv_biases, conv_strides: valid ReLU convolutions run
+      on the observation before the MLP (image policies), or None.
+    obs_scale: image observations are multiplied by it first (1/255).
   """
 
   head: str
@@ -114,6 +131,10 @@ class NumpyPolicy:
   obs_clip: float | None = None
   activation: str = 'relu'
   log_std: np.ndarray | None = None
+  conv_kernels: list[np.ndarray] | None = None
+  conv_biases: list[np.ndarray] | None = None
+  conv_strides: list[int] | None = None
+  obs_scale: float | None = None
 
   def __post_init__(self):
     if self.head not in HEADS:
@@ -128,6 +149,11 @@ class NumpyPolicy:
     if not self.kernels or len(self.kernels) != len(self.biases):
       raise ValueError(f'need one bias per kernel, got {len(self.kernels)} '
                        f'kernels and {len(self.biases)} biases')
+    convs = (self.conv_kernels, self.conv_biases, self.conv_strides)
+    if any(c is not None for c in convs) and (
+        any(c is None for c in convs) or len({len(c) for c in convs}) != 1):
+      raise ValueError('conv_kernels, conv_biases and conv_strides go '
+                       'together, one of each per convolution')
     self._center = (self.action_high + self.action_low) / 2.0
     self._magnitude = (self.action_high - self.action_low) / 2.0
 
@@ -139,7 +165,22 @@ class NumpyPolicy:
   def action_size(self) -> int:
     return int(self.action_low.shape[0])
 
+  def _encode_image(self, observations: np.ndarray) -> np.ndarray:
+    x = np.asarray(observations, dtype=np.float32)
+    if x.ndim != 4 or x.shape[-1] != self.conv_kernels[0].shape[2]:
+      raise ValueError(
+          f'policy takes image stacks [batch, H, W, '
+          f'{self.conv_kernels[0].shape[2]}], got shape {x.shape}')
+    if self.obs_scale is not None:
+      x = x * np.float32(self.obs_scale)
+    for kernel, bias, stride in zip(self.conv_kernels, self.conv_biases,
+                                    self.conv_strides):
+      x = np.maximum(conv2d(x, kernel, bias, stride), 0.0)
+    return x.reshape(len(x), -1).astype(np.float32)
+
   def _last_layer(self, observations: np.ndarray) -> np.ndarray:
+    if self.conv_kernels is not None:
+      observations = self._encode_image(observations)
     x = np.asarray(observations, dtype=np.float32)
     if x.shape[-1] != self.observation_size:
       raise ValueError(f'policy takes observations of size '
@@ -246,6 +287,14 @@ def save_arrays(path: str, policy: Any, **extra: np.ndarray) -> None:
     arrays['obs_clip'] = np.asarray(policy.obs_clip)
   if policy.log_std is not None:
     arrays['log_std'] = policy.log_std.astype(np.float32)
+  if getattr(policy, 'conv_kernels', None) is not None:
+    for i, (kernel, bias) in enumerate(zip(policy.conv_kernels,
+                                           policy.conv_biases)):
+      arrays[f'conv_kernel_{i}'] = kernel.astype(np.float32)
+      arrays[f'conv_bias_{i}'] = bias.astype(np.float32)
+    arrays['conv_strides'] = np.asarray(policy.conv_strides, np.int64)
+    if policy.obs_scale is not None:
+      arrays['obs_scale'] = np.asarray(policy.obs_scale, np.float32)
   tmp = f'{path}.tmp.npz'
   np.savez_compressed(tmp, **arrays)
   os.replace(tmp, path)
@@ -266,6 +315,13 @@ def load(path: str) -> NumpyPolicy:
                        'rlds_reverb.acting.recurrent_policy.load')
     try:
       count = sum(1 for key in data.files if key.startswith('kernel_'))
+      convs = sum(1 for key in data.files if key.startswith('conv_kernel_'))
+      image = {} if not convs else dict(
+          conv_kernels=[data[f'conv_kernel_{i}'] for i in range(convs)],
+          conv_biases=[data[f'conv_bias_{i}'] for i in range(convs)],
+          conv_strides=[int(s) for s in data['conv_strides']],
+          obs_scale=(float(data['obs_scale']) if 'obs_scale' in data.files
+                     else None))
       return NumpyPolicy(
           head=str(data['head']),
           kernels=[data[f'kernel_{i}'] for i in range(count)],
@@ -278,6 +334,7 @@ def load(path: str) -> NumpyPolicy:
           metadata=json.loads(str(data['metadata'])),
           activation=(str(data['activation']) if 'activation' in data.files
                       else 'relu'),
-          log_std=data['log_std'] if 'log_std' in data.files else None)
+          log_std=data['log_std'] if 'log_std' in data.files else None,
+          **image)
     except KeyError as e:
       raise ValueError(f'{path} is not a policy file: missing {e}') from None

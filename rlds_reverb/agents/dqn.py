@@ -10,6 +10,10 @@ TF-Agents ships none.
 Acting is numpy (`acting.numpy_policy`, head 'q_argmax'): a dueling head
 Q = V + A - mean(A) is linear in the last hidden layer, so it exports as one
 equivalent Dense layer and the numpy forward pass is a plain MLP.
+
+Image observations (uint8 frame stacks, Atari) get the Nature DQN encoder
+(`image_networks`) in place of the MLP layers; the numpy policy runs its
+convolutions too.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tf_agents.utils import common
 
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.agents import export
+from rlds_reverb.agents import image_networks
 
 
 def num_actions(action_spec: Any) -> int:
@@ -41,7 +46,8 @@ class DuelingQNetwork(network.Network):
     super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(),
                      name=name)
     self._encoder = encoding_network.EncodingNetwork(
-        input_tensor_spec, fc_layer_params=fc_layer_params,
+        input_tensor_spec,
+        **image_networks.encoder_kwargs(input_tensor_spec, fc_layer_params),
         activation_fn=tf.keras.activations.relu,
         kernel_initializer=tf.compat.v1.variance_scaling_initializer(
             scale=2.0, mode='fan_in', distribution='truncated_normal'),
@@ -64,10 +70,13 @@ class DuelingQNetwork(network.Network):
 
 def make_q_network(observation_spec: Any, action_spec: Any,
                    layers: tuple[int, ...], dueling: bool) -> network.Network:
+  """`layers` are the hidden widths of a vector observation's MLP; an
+  image observation gets the Nature encoder instead."""
   if dueling:
     return DuelingQNetwork(observation_spec, action_spec, layers)
-  return q_network.QNetwork(observation_spec, action_spec,
-                            fc_layer_params=layers)
+  return q_network.QNetwork(
+      observation_spec, action_spec,
+      **image_networks.encoder_kwargs(observation_spec, layers))
 
 
 def make_dqn_agent(time_step_spec: Any, action_spec: Any, config: Any,
@@ -124,6 +133,7 @@ def export_q_policy(agent: dqn_agent.DqnAgent, action_spec: Any,
   kernels, biases = q_layers(agent._q_network)  # pylint: disable=protected-access
   return numpy_policy.NumpyPolicy(
       head='q_argmax', kernels=kernels, biases=biases,
+      **export.conv_weights(agent._q_network),  # pylint: disable=protected-access
       action_low=np.asarray(int(action_spec.minimum), np.int64),
       action_high=np.asarray(int(action_spec.maximum), np.int64),
       metadata=dict(metadata or {}))

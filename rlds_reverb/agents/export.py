@@ -16,16 +16,19 @@ import tensorflow as tf
 from rlds_reverb.acting import numpy_policy
 
 
-def dense_layers(network: Any) -> list[Any]:
-  """The Keras Dense layers of a TF-Agents actor network, in call order."""
+def dense_layers(network: Any,
+                 kind: type = tf.keras.layers.Dense) -> list[Any]:
+  """The Keras Dense layers (or layers of `kind`) of a TF-Agents actor
+  network, in call order."""
   found = []
 
   def walk(layer):
-    if isinstance(layer, tf.keras.layers.Dense):
+    if isinstance(layer, kind):
       found.append(layer)
       return
     # TF-Agents networks keep their sub-layers in these attributes.
-    for name in ('_encoder', '_postprocessing_layers', '_mlp_layers',
+    for name in ('_encoder', '_flat_preprocessing_layers',
+                 '_postprocessing_layers', '_mlp_layers',
                  '_projection_networks', '_projection_layer'):
       child = getattr(layer, name, None)
       if child is None:
@@ -53,7 +56,7 @@ def from_network(network: Any, head: str, action_spec: Any, *,
   kernels = [layer.kernel.numpy() for layer in layers]
   biases = [layer.bias.numpy() for layer in layers]
   return numpy_policy.NumpyPolicy(
-      head=head, kernels=kernels, biases=biases,
+      head=head, kernels=kernels, biases=biases, **conv_weights(network),
       action_low=np.asarray(action_spec.minimum, np.float32) *
       np.ones(action_spec.shape, np.float32),
       action_high=np.asarray(action_spec.maximum, np.float32) *
@@ -61,8 +64,29 @@ def from_network(network: Any, head: str, action_spec: Any, *,
       obs_mean=obs_mean, obs_std=obs_std, metadata=dict(metadata or {}))
 
 
+def conv_weights(network: Any) -> dict[str, Any]:
+  """The convolutions of an image encoder as `NumpyPolicy` fields (none for
+  an MLP): kernels [kh, kw, in, out], biases, strides, the pixel scale."""
+  convs = dense_layers(network, tf.keras.layers.Conv2D)
+  if not convs:
+    return {}
+  for conv in convs:
+    if conv.padding != 'valid' or conv.dilation_rate != (1, 1) or (
+        conv.strides[0] != conv.strides[1]):
+      raise ValueError(f'cannot export {conv.name}: numpy policies run '
+                       'valid, undilated convolutions with square strides')
+  scales = dense_layers(network, tf.keras.layers.Rescaling)
+  return {'conv_kernels': [c.kernel.numpy() for c in convs],
+          'conv_biases': [c.bias.numpy() for c in convs],
+          'conv_strides': [int(c.strides[0]) for c in convs],
+          'obs_scale': float(scales[0].scale) if scales else None}
+
+
 def update_weights(policy: numpy_policy.NumpyPolicy, network: Any) -> None:
   """Refreshes `policy` in place from `network` (the online actor's sync)."""
   for i, layer in enumerate(dense_layers(network)):
     policy.kernels[i] = layer.kernel.numpy()
     policy.biases[i] = layer.bias.numpy()
+  for i, conv in enumerate(dense_layers(network, tf.keras.layers.Conv2D)):
+    policy.conv_kernels[i] = conv.kernel.numpy()
+    policy.conv_biases[i] = conv.bias.numpy()

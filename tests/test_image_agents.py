@@ -1,0 +1,100 @@
+"""Agents on image observations: the Nature DQN encoder in TF-Agents' DQN
+(plain and dueling) trains on frame stacks drawn from the memory, and its
+numpy export acts as the TF network does (same Q-values, same greedy
+actions, through a save and a load)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tree
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+import rlds_reverb
+from rlds_reverb.acting import numpy_policy
+from rlds_reverb.agents import dqn
+from rlds_reverb.agents import factory
+from rlds_reverb.agents import image_networks
+from rlds_reverb.agents import registry
+from rlds_reverb.replay import memory as memory_lib
+import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
+
+K = 4
+ACTIONS = 6
+
+
+def _frames_memory():
+  rng = np.random.default_rng(0)
+  episodes = fx.episodes_with_lengths([12, 9], terminal=[True, False])
+  for episode in episodes:
+    n = len(episode['reward'])
+    episode['observation'] = rng.integers(0, 256, (n, 84, 84), np.uint8)
+    episode['action'] = rng.integers(0, ACTIONS, n).astype(np.int64)
+  rlds_data = fx.make_rlds(episodes)
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
+               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  return memory_lib.from_episodes(spec, converted, frame_stack=K)
+
+
+def _specs():
+  observation = tf.TensorSpec([84, 84, K], tf.uint8, name='observation')
+  action = tensor_spec.BoundedTensorSpec((), tf.int64, 0, ACTIONS - 1,
+                                         name='action')
+  return ts.time_step_spec(observation), action
+
+
+@pytest.mark.parametrize('dueling', [False, True])
+def test_dqn_trains_on_stacks_and_its_numpy_export_acts_alike(dueling,
+                                                              tmp_path):
+  memory = _frames_memory()
+  time_step_spec, action_spec = _specs()
+  assert memory.transition_spec().observation == tf.TensorSpec(
+      [84, 84, K], tf.uint8)
+  tf.random.set_seed(0)
+  agent = registry.make_agent(
+      'dqn', time_step_spec, action_spec,
+      factory.AgentConfig(dueling=dueling, dqn_learning_rate=1e-3))
+  net = agent._q_network  # pylint: disable=protected-access
+  convs = [v for v in net.trainable_variables if 'conv2d' in v.name]
+  assert [tuple(v.shape) for v in convs if len(v.shape) == 4] == [
+      (8, 8, K, 32), (4, 4, 32, 64), (3, 3, 64, 64)]
+  before = [v.numpy().copy() for v in net.trainable_variables]
+  train = tf.function(lambda: agent.train(memory.sample(16)).loss)
+  losses = [float(train()) for _ in range(3)]
+  assert all(np.isfinite(losses))
+  assert any(not np.allclose(b, v.numpy())
+             for b, v in zip(before, net.trainable_variables))
+
+  policy = dqn.export_q_policy(agent, action_spec)
+  assert policy.conv_strides == [4, 2, 1]
+  assert policy.obs_scale == pytest.approx(image_networks.PIXEL_SCALE)
+  path = str(tmp_path / 'q.npz')
+  policy.save(path)
+  loaded = numpy_policy.load(path)
+  stacks = memory.read(tf.constant(np.arange(8))).observation.numpy()
+  q_tf = net(tf.constant(stacks))[0].numpy()
+  # pylint: disable=protected-access
+  np.testing.assert_allclose(loaded._last_layer(stacks), q_tf, rtol=1e-4,
+                             atol=1e-5)
+  np.testing.assert_array_equal(loaded.greedy(stacks), np.argmax(q_tf, -1))
+
+
+def test_numpy_conv_is_keras_conv():
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((2, 11, 9, 3)).astype(np.float32)
+  for kernel_size, stride in ((3, 1), (4, 2), (5, 3)):
+    layer = tf.keras.layers.Conv2D(4, kernel_size, stride)
+    want = layer(x).numpy()
+    got = numpy_policy.conv2d(x, layer.kernel.numpy(), layer.bias.numpy(),
+                              stride)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_image_policy_names_a_wrong_observation():
+  time_step_spec, action_spec = _specs()
+  agent = registry.make_agent('dqn', time_step_spec, action_spec,
+                              factory.AgentConfig())
+  policy = dqn.export_q_policy(agent, action_spec)
+  with pytest.raises(ValueError, match=r'image stacks \[batch, H, W, 4\]'):
+    policy.greedy(np.zeros((1, 84, 84, 3), np.uint8))
