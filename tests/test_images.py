@@ -8,6 +8,7 @@ draws. A real Reverb server throughout."""
 import os
 import tempfile
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import reverb
@@ -15,6 +16,7 @@ import tensorflow as tf
 import tree
 
 import rlds_reverb
+from rlds_reverb.acting import rollout
 from rlds_reverb.data import validate
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import feeds
@@ -272,3 +274,77 @@ def test_bad_frame_stack_is_refused():
       fx.make_rlds(_image_episodes([3])))
   with pytest.raises(ValueError, match='frame_stack must be a positive'):
     memory_lib.TransitionMemory(spec, 10, frame_stack=0)
+
+
+class _CountingFrames(gym.Env):
+  """Frames that say where they are: pixel (0, 0) is the episode's number
+  (counted per env), pixel (0, 1) the step; episodes end after 2 + number
+  steps (terminated on odd numbers, truncated on even ones)."""
+
+  def __init__(self):
+    self.observation_space = gym.spaces.Box(0, 255, (4, 3), np.uint8)
+    self.action_space = gym.spaces.Discrete(2)
+    self._episode, self._t = -1, 0
+
+  def _frame(self):
+    frame = np.zeros((4, 3), np.uint8)
+    frame[0, 0], frame[0, 1] = self._episode, self._t
+    return frame
+
+  def reset(self, *, seed=None, options=None):
+    super().reset(seed=seed)
+    self._episode, self._t = self._episode + 1, 0
+    return self._frame(), {}
+
+  def step(self, action):
+    self._t += 1
+    end = self._t >= 2 + self._episode
+    odd = self._episode % 2 == 1
+    return self._frame(), 1.0, end and odd, end and not odd, {}
+
+
+def test_acting_stacks_equal_the_memorys_stacks():
+  envs = gym.vector.SyncVectorEnv(
+      [_CountingFrames] * 2,
+      autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+  seen = []
+
+  def act(stacks):
+    seen.append(stacks.copy())
+    return np.zeros(len(stacks), np.int64), None
+
+  episodes = []
+  loop = rollout.Rollout(envs, rollout.layout_of(envs), max_episodes=6,
+                         frame_stack=K)
+  loop.run(act, episodes.append, num_episodes=6)
+  envs.close()
+  assert all(s.shape == (2, 4, 3, K) for s in seen)
+
+  def hand(episode, t):  # The stack of step t: steps t-3..t, clipped at 0.
+    return [(episode, max(t - j, 0)) for j in range(K - 1, -1, -1)]
+
+  acted = 0
+  for stacks in seen:
+    for stack in stacks:
+      episode, t = stack[0, 0, -1], stack[0, 1, -1]
+      tags = list(zip(stack[0, 0], stack[0, 1]))
+      if t <= 1 + episode:  # Not the ignored action of a reset step.
+        assert tags == hand(episode, t)
+        acted += 1
+  assert acted == sum(e.num_steps for e in episodes)
+  # The stored episodes keep frames; the memory's stacks are the same.
+  rlds_data = fx.make_rlds([e.steps for e in episodes])
+  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
+  assert spec.observation.shape.as_list() == [4, 3]
+  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
+               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  memory = memory_lib.from_episodes(spec, converted, frame_stack=K)
+  for _, first, length in memory.episode_rows():
+    stacks = memory.read(tf.range(first, first + length)).observation.numpy()
+    for t, stack in enumerate(stacks):
+      assert list(zip(stack[0, 0], stack[0, 1])) == hand(stack[0, 0, -1], t)
+
+
+def test_frame_stacker_refuses_vectors():
+  with pytest.raises(ValueError, match='needs image observations'):
+    rollout.FrameStacker(4, np.zeros((2, 17), np.float32))

@@ -42,11 +42,12 @@ class EvalResult:
 
 
 def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
-             seed: int = 0) -> EvalResult:
+             seed: int = 0, frame_stack: int = 1) -> EvalResult:
   """Runs `num_episodes` episodes of `act` in vector envs of `env_id`.
 
   Episode i runs in a sub-env seeded with seed + i; the episodes run side by
-  side, so the policy sees a batch of observations per step.
+  side, so the policy sees a batch of observations per step (stacks of
+  `frame_stack` image frames, as the learner's memory reads them).
 
   Raises:
     ValueError: num_episodes < 1, or an unknown env id.
@@ -62,7 +63,7 @@ def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
     rollout.Rollout(
         vector, rollout.layout_of(vector),
         seed=[seed + i for i in range(num_episodes)],
-        max_episodes=num_episodes).run(
+        max_episodes=num_episodes, frame_stack=frame_stack).run(
             lambda obs: (act(obs), None), episodes.append,
             num_episodes=num_episodes)
   finally:

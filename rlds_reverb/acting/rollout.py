@@ -17,6 +17,11 @@ envs) keep their keys. Step infos, where a caller keeps them, go under
 `infos` as float64 (D4RL's): those of an action (its log-probability) are
 zero on step T, those of an observation (a MuJoCo state) are on every step.
 
+With `frame_stack` k > 1 the policy sees each sub-env's last k image
+frames stacked on the last axis, the first frame of an episode repeated
+before it, exactly as the learner's memory stacks the stored frames
+(`replay.memory`); the episodes keep one frame per step.
+
 The vector env runs in gymnasium's NEXT_STEP autoreset mode: after a sub-env
 reports `terminated or truncated`, its next `step` ignores the action and
 returns the first observation of a new episode with reward 0. Those reset
@@ -57,13 +62,19 @@ class StepLayout:
 
 
 def layout_of(envs: gym.vector.VectorEnv) -> StepLayout:
-  """The agents' view of `envs`: float32 observations, int64 actions for a
-  Discrete action space and float32 ones otherwise."""
+  """The agents' view of `envs`: float32 observations (uint8 image frames
+  stay uint8), int64 actions for a Discrete action space and float32 ones
+  otherwise."""
   space = envs.single_action_space
   discrete = isinstance(space, gym.spaces.Discrete)
+  obs_space = envs.single_observation_space
+  image = (isinstance(obs_space, gym.spaces.Box)
+           and obs_space.dtype == np.uint8 and len(obs_space.shape) in (2, 3))
   return StepLayout(action_shape=tuple(space.shape),
                     action_dtype=np.dtype(np.int64 if discrete
-                                          else np.float32))
+                                          else np.float32),
+                    observation_dtype=np.dtype(np.uint8 if image
+                                               else np.float32))
 
 
 class EpisodeBuffer:
@@ -153,6 +164,37 @@ class Episode:
     return len(self.steps['reward']) - 1
 
 
+class FrameStacker:
+  """Each sub-env's last `k` frames, stacked as the memory stacks them:
+  [H, W] frames give [H, W, k], [H, W, C] frames [H, W, k * C]."""
+
+  def __init__(self, k: int, frames: np.ndarray):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+      raise ValueError(f'frame_stack must be a positive integer, got {k!r}')
+    frames = np.asarray(frames)
+    if frames.ndim not in (3, 4):
+      raise ValueError('frame stacking needs image observations [H, W] or '
+                       f'[H, W, C] per sub-env, got a batch of shape '
+                       f'{frames.shape}')
+    self.k = int(k)
+    self._stacks = np.repeat(frames[:, None], self.k, axis=1)  # [n, k, ...]
+
+  def start(self, i: int, frame: np.ndarray) -> None:
+    """Sub-env i starts an episode at `frame`: it fills the whole stack."""
+    self._stacks[i] = frame[None]
+
+  def push(self, frames: np.ndarray) -> None:
+    """Every sub-env's newest frame goes on top of its stack."""
+    self._stacks[:, :-1] = self._stacks[:, 1:]
+    self._stacks[:, -1] = frames
+
+  def stacks(self) -> np.ndarray:
+    x = np.moveaxis(self._stacks, 1, -1)  # [n, H, W, (C,) k]
+    if x.ndim == 5:  # [n, H, W, C, k] -> [n, H, W, k * C], frame-major.
+      x = np.swapaxes(x, -1, -2).reshape(x.shape[:3] + (-1,))
+    return np.ascontiguousarray(x)
+
+
 def _row(observations: Any, i: int) -> Any:
   """Sub-env i's observation (each field of a dict observation)."""
   return tree.map_structure(lambda x: x[i], observations)
@@ -179,7 +221,8 @@ class Rollout:
                max_env_steps: int | None = None,
                episode_steps_bound: int = 1,
                keep_log_probs: bool = False,
-               observation_infos: ObservationInfosFn | None = None):
+               observation_infos: ObservationInfosFn | None = None,
+               frame_stack: int = 1):
     """Resets `envs` and starts an episode in each sub-env.
 
     Args:
@@ -196,6 +239,7 @@ class Rollout:
         `infos/action_log_probs`.
       observation_infos: called with a sub-env's index after each of its
         observations; what it returns is kept under `infos`.
+      frame_stack: the policy sees stacks of this many image frames.
     """
     self._envs, self._layout = envs, layout
     self._max_episodes = max_episodes
@@ -210,6 +254,8 @@ class Rollout:
     self.finished = 0
     self.env_steps = 0  # Kept env steps (transitions), idle sub-envs aside.
     self._obs, _ = envs.reset(seed=seed)
+    self._stacker = (FrameStacker(frame_stack, self._obs)
+                     if frame_stack != 1 else None)
     for i in range(num_envs):
       self._start(i)
     self._resetting = np.zeros(num_envs, dtype=bool)
@@ -222,6 +268,8 @@ class Rollout:
   def _start(self, i: int) -> None:
     """Starts an episode at sub-env i's current observation, if allowed."""
     self._buffers[i] = None
+    if self._stacker is not None:  # Idle or not, the policy acts on it.
+      self._stacker.start(i, self._obs[i])
     if self._max_episodes is not None and self.started >= self._max_episodes:
       return
     if self._max_env_steps is not None and (
@@ -251,9 +299,12 @@ class Rollout:
 
   def step(self, act: ActFn, on_episode: Callable[[Episode], None]) -> int:
     """Steps every sub-env once; returns the env steps kept."""
-    actions, log_probs = act(self._obs)
+    actions, log_probs = act(self._obs if self._stacker is None
+                             else self._stacker.stacks())
     obs, rewards, terminated, truncated, infos = self._envs.step(actions)
     self._obs = obs
+    if self._stacker is not None:
+      self._stacker.push(obs)  # Sub-envs that reset refill theirs below.
     kept = 0
     for i in range(self._envs.num_envs):
       if self._resetting[i]:  # This step reset sub-env i; obs[i] starts one.
