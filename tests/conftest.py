@@ -27,6 +27,10 @@ imports this file; the lines below make that hold under any import mode.
 import os
 import sys
 
+# As the pipelines do (pipelines/__init__.py): one BLAS thread for numpy's
+# small per-step forward passes, set before numpy loads.
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
+
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
   sys.path.insert(0, _TESTS_DIR)

@@ -3,6 +3,8 @@
 limits as truncation, and the data through push and the frame-stacking
 memory. Real ale-py Pong, a few hundred steps."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import reverb
@@ -12,8 +14,11 @@ import tree
 import rlds_reverb
 from rlds_reverb.acting import atari
 from rlds_reverb.acting import envs as acting_envs
+from rlds_reverb.acting import numpy_policy
 from rlds_reverb.data import datasets
 from rlds_reverb.data import recording
+from rlds_reverb.experiments import configs
+from rlds_reverb.experiments import online
 from rlds_reverb.replay import episode_table
 from rlds_reverb.replay import variants
 
@@ -34,8 +39,14 @@ def pong(tmp_path_factory):
 
 def test_specs_keep_frames_uint8_and_actions_discrete():
   specs = acting_envs.env_specs('ALE/Pong-v5')
+  # The agent sees 4-frame stacks; the data holds one frame per step.
   assert specs.time_step_spec.observation == tf.TensorSpec(
-      [84, 84], tf.uint8, name='observation')
+      [84, 84, 4], tf.uint8, name='observation')
+  assert specs.observation_shape == (84, 84) and specs.frame_stack == 4
+  assert acting_envs.env_specs('ALE/Pong-v5', frame_stack=2
+                               ).time_step_spec.observation.shape == [84, 84, 2]
+  with pytest.raises(ValueError, match='frame_stack 4 needs image'):
+    acting_envs.env_specs('CartPole-v1', frame_stack=4)
   assert specs.discrete and int(specs.action_spec.maximum) == 5
   assert specs.max_episode_steps == atari.MAX_EPISODE_STEPS == 27_000
 
@@ -106,3 +117,23 @@ def test_pushed_pong_is_read_back_in_stacks(pong):
     assert batch.observation.shape.as_list() == [32, 2, 84, 84, 4]
   finally:
     server.stop()
+
+
+def test_online_dqn_on_pong_trains_checkpoints_and_resumes(tmp_path):
+  # One env copy, about 800 agent steps per random Pong episode: the
+  # learner trains once the first episode is in its memory.
+  config = configs.OnlineConfig(
+      agent='dqn', env='ALE/Pong-v5', root_dir=str(tmp_path), env_steps=1000,
+      initial_collect_steps=300, train_every=100, utd=0.5, batch_size=32,
+      eval_interval=1000, checkpoint_interval=1000, eval_episodes=1,
+      replay_size=3000)
+  first = online.train_online(config, show_progress=False)
+  assert first['env_steps'] == 1000 and first['train_step'] > 0
+  assert -21 <= first['average_return'] <= 21
+  policy = numpy_policy.load(str(tmp_path / 'policy.npz'))
+  assert policy.input_shape == [84, 84, 4] and policy.head == 'q_argmax'
+  second = online.train_online(
+      dataclasses.replace(config, env_steps=1100, eval_interval=1100),
+      show_progress=False)
+  assert second['env_steps'] == 1100
+  assert second['train_step'] == first['train_step'] + 50

@@ -98,3 +98,19 @@ def test_image_policy_names_a_wrong_observation():
   policy = dqn.export_q_policy(agent, action_spec)
   with pytest.raises(ValueError, match=r'image stacks \[batch, H, W, 4\]'):
     policy.greedy(np.zeros((1, 84, 84, 3), np.uint8))
+
+
+def test_saved_model_of_an_image_policy_acts_as_the_numpy_one(tmp_path):
+  from rlds_reverb.agents import saved_policy  # pylint: disable=g-import-not-at-top
+  time_step_spec, action_spec = _specs()
+  tf.random.set_seed(3)
+  agent = registry.make_agent('dqn', time_step_spec, action_spec,
+                              factory.AgentConfig(dueling=True))
+  policy = dqn.export_q_policy(agent, action_spec)
+  assert policy.input_shape == [84, 84, K]
+  paths = saved_policy.save(policy, str(tmp_path / 'saved'))
+  act = saved_policy.load_act(str(tmp_path / 'saved'))
+  stacks = np.random.default_rng(4).integers(0, 256, (6, 84, 84, K),
+                                              np.uint8)
+  np.testing.assert_array_equal(act(stacks), policy.greedy(stacks))
+  assert 'greedy' in paths and 'collect' in paths

@@ -56,7 +56,8 @@ class Collector:
                priority: Callable[[], float] = lambda: 1.0,
                sequence_length: int | None = 2,
                priority_fn: Callable[[int], float] | None = None,
-               on_episodes: Callable[[list[dict]], None] | None = None):
+               on_episodes: Callable[[list[dict]], None] | None = None,
+               frame_stack: int = 1):
     self._client, self._table = client, table
     self._priority = priority
     self._sequence_length, self._priority_fn = sequence_length, priority_fn
@@ -65,8 +66,9 @@ class Collector:
         [lambda: envs.make_env(env_id)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     self._rng = np.random.default_rng(seed)
+    # Image envs: the policy acts on frame stacks, the episodes keep frames.
     self._rollout = rollout.Rollout(self._envs, rollout.layout_of(self._envs),
-                                    seed=seed)
+                                    seed=seed, frame_stack=frame_stack)
     self.stats = CollectStats()
 
   @property

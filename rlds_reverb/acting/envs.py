@@ -19,6 +19,7 @@ from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.acting import atari
 from rlds_reverb.replay import her
+from rlds_reverb.replay import memory
 
 # D4RL's reference returns (d4rl/infos.py): a random and an expert policy.
 D4RL_REFERENCE = {
@@ -42,6 +43,10 @@ class EnvSpecs:
   # agent's observation is their concatenation (`her`).
   goal_sizes: tuple[int, int] | None = None
   max_episode_steps: int | None = None
+  # Image observations: the agent sees stacks of this many frames
+  # (`time_step_spec`), the data holds one frame per step
+  # (`observation_shape`).
+  frame_stack: int = 1
 
   @property
   def discrete(self) -> bool:
@@ -50,6 +55,35 @@ class EnvSpecs:
   @property
   def goal_conditioned(self) -> bool:
     return self.goal_sizes is not None
+
+  @property
+  def image(self) -> bool:
+    """Observations are uint8 frames."""
+    return self.time_step_spec.observation.dtype == tf.uint8
+
+
+# Frames per stack where a run does not say (the Nature DQN's 4).
+DEFAULT_FRAME_STACK = 4
+
+
+def _agent_observation_spec(env_id: str, obs_space: gym.spaces.Box,
+                            frame_stack: int) -> tuple[tf.TensorSpec, int]:
+  """The agent's observation spec and the frames per stack (0: default)."""
+  image = obs_space.dtype == np.uint8 and len(obs_space.shape) in (2, 3)
+  if not image:
+    if frame_stack > 1:
+      raise ValueError(f'env {env_id!r}: frame_stack {frame_stack} needs '
+                       'image observations (uint8 [H, W] or [H, W, C]), got '
+                       f'{obs_space}')
+    return tf.TensorSpec(obs_space.shape, tf.float32,
+                         name='observation'), 1
+  frame_stack = frame_stack or DEFAULT_FRAME_STACK
+  if frame_stack == 1 and len(obs_space.shape) == 2:
+    raise ValueError(f'env {env_id!r}: grey frames {obs_space.shape} need '
+                     'frame_stack >= 2 (the networks take [H, W, C])')
+  shape = (memory.stacked_shape(obs_space.shape, frame_stack)
+           if frame_stack > 1 else list(obs_space.shape))
+  return tf.TensorSpec(shape, tf.uint8, name='observation'), frame_stack
 
 
 # CartPole with its velocities hidden (cart position and pole angle only):
@@ -126,11 +160,13 @@ def _goal_sizes(obs_space: gym.spaces.Dict, env_id: str) -> tuple[int, int]:
   return shapes['observation'][0], shapes['desired_goal'][0]
 
 
-def env_specs(env_id: str) -> EnvSpecs:
+def env_specs(env_id: str, frame_stack: int = 0) -> EnvSpecs:
   """Reads an env's spaces into TF-Agents specs.
 
   A goal env (dict observation with observation / achieved_goal /
   desired_goal) gets the agent's view: one vector, observation + goal.
+  Image frames (uint8) stay uint8 and the agent sees stacks of
+  `frame_stack` of them (0: DEFAULT_FRAME_STACK for images, 1 otherwise).
 
   Raises:
     ValueError: unknown env, an observation space that is neither a Box nor
@@ -151,9 +187,8 @@ def env_specs(env_id: str) -> EnvSpecs:
     raise ValueError(f'env {env_id!r}: observation space must be a Box, got '
                      f'{obs_space}')
   # Image frames stay uint8 (the networks scale them); vectors are float32.
-  image = obs_space.dtype == np.uint8 and len(obs_space.shape) in (2, 3)
-  obs_spec = tf.TensorSpec(obs_space.shape, tf.uint8 if image else tf.float32,
-                           name='observation')
+  obs_spec, frame_stack = _agent_observation_spec(env_id, obs_space,
+                                                  frame_stack)
   if isinstance(act_space, gym.spaces.Discrete):
     low, high = int(act_space.start), int(act_space.start + act_space.n - 1)
     return EnvSpecs(
@@ -163,7 +198,8 @@ def env_specs(env_id: str) -> EnvSpecs:
         time_step_spec=ts.time_step_spec(obs_spec),
         action_spec=tensor_spec.BoundedTensorSpec(
             (), tf.int64, minimum=low, maximum=high, name='action'),
-        goal_sizes=goal_sizes, max_episode_steps=max_episode_steps)
+        goal_sizes=goal_sizes, max_episode_steps=max_episode_steps,
+        frame_stack=frame_stack)
   if not (isinstance(act_space, gym.spaces.Box) and
           np.all(np.isfinite(act_space.low)) and
           np.all(np.isfinite(act_space.high))):
@@ -177,7 +213,8 @@ def env_specs(env_id: str) -> EnvSpecs:
                   action_high=act_space.high.astype(np.float32),
                   time_step_spec=ts.time_step_spec(obs_spec),
                   action_spec=action_spec, goal_sizes=goal_sizes,
-                  max_episode_steps=max_episode_steps)
+                  max_episode_steps=max_episode_steps,
+                  frame_stack=frame_stack)
 
 
 def reference_returns(env_id: str) -> tuple[float, float] | None:

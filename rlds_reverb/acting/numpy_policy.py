@@ -118,6 +118,7 @@ class NumpyPolicy:
     conv_kernels, conv_biases, conv_strides: valid ReLU convolutions run
       on the observation before the MLP (image policies), or None.
     obs_scale: image observations are multiplied by it first (1/255).
+    input_shape: an image policy's observation shape ([H, W, k] stacks).
   """
 
   head: str
@@ -135,6 +136,7 @@ class NumpyPolicy:
   conv_biases: list[np.ndarray] | None = None
   conv_strides: list[int] | None = None
   obs_scale: float | None = None
+  input_shape: list[int] | None = None
 
   def __post_init__(self):
     if self.head not in HEADS:
@@ -293,6 +295,8 @@ def save_arrays(path: str, policy: Any, **extra: np.ndarray) -> None:
       arrays[f'conv_kernel_{i}'] = kernel.astype(np.float32)
       arrays[f'conv_bias_{i}'] = bias.astype(np.float32)
     arrays['conv_strides'] = np.asarray(policy.conv_strides, np.int64)
+    if policy.input_shape is not None:
+      arrays['input_shape'] = np.asarray(policy.input_shape, np.int64)
     if policy.obs_scale is not None:
       arrays['obs_scale'] = np.asarray(policy.obs_scale, np.float32)
   tmp = f'{path}.tmp.npz'
@@ -321,7 +325,9 @@ def load(path: str) -> NumpyPolicy:
           conv_biases=[data[f'conv_bias_{i}'] for i in range(convs)],
           conv_strides=[int(s) for s in data['conv_strides']],
           obs_scale=(float(data['obs_scale']) if 'obs_scale' in data.files
-                     else None))
+                     else None),
+          input_shape=([int(d) for d in data['input_shape']]
+                       if 'input_shape' in data.files else None))
       return NumpyPolicy(
           head=str(data['head']),
           kernels=[data[f'kernel_{i}'] for i in range(count)],

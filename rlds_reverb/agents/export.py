@@ -79,7 +79,8 @@ def conv_weights(network: Any) -> dict[str, Any]:
   return {'conv_kernels': [c.kernel.numpy() for c in convs],
           'conv_biases': [c.bias.numpy() for c in convs],
           'conv_strides': [int(c.strides[0]) for c in convs],
-          'obs_scale': float(scales[0].scale) if scales else None}
+          'obs_scale': float(scales[0].scale) if scales else None,
+          'input_shape': network.input_tensor_spec.shape.as_list()}
 
 
 def update_weights(policy: numpy_policy.NumpyPolicy, network: Any) -> None:

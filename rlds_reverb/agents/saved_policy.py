@@ -39,7 +39,9 @@ _OBSERVATION, _ACHIEVED, _DESIRED = 'observation', 'achieved_goal', \
 def observation_spec(policy: numpy_policy.NumpyPolicy,
                      goal_sizes: Optional[tuple[int, int]] = None) -> Any:
   """What the SavedModel takes: the env's observation (a goal dict for
-  goal envs), float32."""
+  goal envs), float32; an image policy's uint8 frame stacks."""
+  if policy.conv_kernels is not None:
+    return tf.TensorSpec(policy.input_shape, tf.uint8, 'observation')
   if goal_sizes is None:
     return tf.TensorSpec([policy.observation_size], tf.float32, 'observation')
   obs, goal = goal_sizes
@@ -86,12 +88,25 @@ class MlpPolicy(tf_policy.TFPolicy):
                                observation[_DESIRED]], axis=-1)
     x = tf.cast(observation, tf.float32)
     p = self._np_policy
+    if p.conv_kernels is not None:
+      return self._encode_image(x)
     if p.obs_mean is not None:
       x = (x - tf.constant(p.obs_mean, tf.float32)) / tf.constant(
           p.obs_std, tf.float32)
     if p.obs_clip is not None:
       x = tf.clip_by_value(x, -p.obs_clip, p.obs_clip)
     return x
+
+  def _encode_image(self, x: tf.Tensor) -> tf.Tensor:
+    """The numpy policy's convolutions, in TF ops."""
+    p = self._np_policy
+    if p.obs_scale is not None:
+      x = x * p.obs_scale
+    for kernel, bias, stride in zip(p.conv_kernels, p.conv_biases,
+                                    p.conv_strides):
+      x = tf.nn.relu(tf.nn.conv2d(x, tf.constant(kernel, tf.float32),
+                                  stride, 'VALID') + bias)
+    return tf.reshape(x, [tf.shape(x)[0], -1])
 
   def _last_layer(self, x: tf.Tensor) -> tf.Tensor:
     hidden = tf.tanh if self._np_policy.activation == 'tanh' else tf.nn.relu
@@ -188,7 +203,8 @@ def load_act(path: str) -> Callable[[Any], np.ndarray]:
 
   def act(observation: Any) -> np.ndarray:
     observation = tf.nest.map_structure(
-        lambda x: np.asarray(x, np.float32), observation)
+        lambda x: np.asarray(x, np.uint8 if np.asarray(x).dtype == np.uint8
+                             else np.float32), observation)
     batch = len(tf.nest.flatten(observation)[0])
     time_step = ts.TimeStep(
         step_type=np.full([batch], int(ts.StepType.MID), np.int32),

@@ -66,6 +66,10 @@ class RunConfig:
   checkpoint_interval: int = setting(10_000, lower=1, may_change=True)
   """Steps between checkpoints (and one at the end), counted as
   eval_interval is."""
+  frame_stack: int = setting(0, lower=0)
+  """Image observations (Atari): the agent sees stacks of this many
+  frames, built at sample and act time from one stored frame per step; 0:
+  4 for image observations, 1 otherwise."""
   reverb_address: str = setting('', may_change=True)
   """host:port of a running Reverb server: offline, the table to read
   instead of pushing a dataset; online and on-policy with num_actors 0, the

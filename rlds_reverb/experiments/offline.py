@@ -145,7 +145,8 @@ def _replay(config: OfflineConfig, specs: envs.EnvSpecs, data_spec: Any,
   settings = variants.Settings(
       table=config.table, data_spec=data_spec, batch_size=config.batch_size,
       capacity=1, max_episodes=offline_data.UNBOUNDED_TABLE_SIZE, grow=True,
-      n_step=config.n_step, gamma=config.agent_config.gamma)
+      n_step=config.n_step, gamma=config.agent_config.gamma,
+      frame_stack=specs.frame_stack)
   if config.feed == 'stream':
     return variants.StreamReplay(
         settings, config.per_settings if config.prioritized else None)

@@ -79,11 +79,20 @@ def check_and_cast(rlds_data: tf.data.Dataset, specs: envs.EnvSpecs
   step_spec = rlds_data.element_spec[rlds.STEPS].element_spec
   check_fields({f: step_spec[f] for f in CAST_FIELDS}, specs,
                'dataset step field')
-  if all(step_spec[f].dtype == AGENT_DTYPE for f in CAST_FIELDS):
+  observation = step_spec[rlds.OBSERVATION]
+  if specs.image and observation.dtype != tf.uint8:
+    raise ValueError(f'dataset step field {rlds.OBSERVATION!r} has dtype '
+                     f'{observation.dtype.name}; env {specs.env_id} gives '
+                     'uint8 frames, and the data must hold them so')
+  # Image frames stay uint8: the memory keeps them once, the networks
+  # scale them.
+  fields = [f for f in CAST_FIELDS
+            if not (specs.image and f == rlds.OBSERVATION)]
+  if all(step_spec[f].dtype == AGENT_DTYPE for f in fields):
     return rlds_data
 
   def cast_steps(steps):
-    return {k: (tf.cast(v, AGENT_DTYPE) if k in CAST_FIELDS else v)
+    return {k: (tf.cast(v, AGENT_DTYPE) if k in fields else v)
             for k, v in steps.items()}
 
   def cast_episode(episode):

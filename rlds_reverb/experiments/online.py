@@ -156,7 +156,7 @@ def make_replay(config: OnlineConfig, specs: envs.EnvSpecs,
       # The memory evicts (by steps) and deletes what it evicts from the
       # table; the table's own bound only has to stay out of its way.
       max_episodes=config.replay_size, n_step=config.n_step,
-      gamma=config.agent_config.gamma)
+      gamma=config.agent_config.gamma, frame_stack=specs.frame_stack)
   if config.her_config is not None:
     return variants.HindsightReplay(settings, config.her_config, reward_env,
                                     normalize=config.her_normalize)
@@ -287,7 +287,8 @@ class OnlineBuilder:
     if not remote_actors:
       self._collector = collect.Collector(
           config.env, client, config.table,
-          seed=config.seed * 1_000_003 + start, **replay.writer_kwargs())
+          seed=config.seed * 1_000_003 + start,
+          frame_stack=specs.frame_stack, **replay.writer_kwargs())
     this_run = run.Run(
         learner, config.agent, specs, config.root_dir, clients=(client,),
         write_back=lambda: replay.write_back(client),

@@ -185,10 +185,12 @@ def progress(total: int, initial: int, unit: str, desc: str,
 # ------------------------------------------------------------ the policy
 
 def trajectory_spec(specs: envs.EnvSpecs) -> trajectory.Trajectory:
-  """The per-step spec of what actors write for an env (float32 steps)."""
+  """The per-step spec of what actors write for an env (float32 steps;
+  image observations as uint8 frames, one per step)."""
   if specs.goal_conditioned:
     return her.goal_data_spec(*specs.goal_sizes, specs.action_spec)
-  obs = tf.TensorSpec(specs.observation_shape, tf.float32)
+  obs = tf.TensorSpec(specs.observation_shape,
+                      tf.uint8 if specs.image else tf.float32)
   step_spec = ts.time_step_spec(obs, tf.TensorSpec((), tf.float32))
   action = policy_step.PolicyStep(
       tf.TensorSpec(specs.action_spec.shape, specs.action_spec.dtype))
@@ -271,7 +273,8 @@ class Run:
     """Greedy episodes in the env; logged to eval.jsonl, TensorBoard, PNG."""
     self.sync()
     result = evaluation.evaluate(self.greedy, self.specs.env_id, episodes,
-                                 seed=10_000 + seed)
+                                 seed=10_000 + seed,
+                                 frame_stack=self.specs.frame_stack)
     record = self.learner.log_eval({**result.to_dict(), **fields}, x=x,
                                    title=title, y=metric)
     self.last_record = record

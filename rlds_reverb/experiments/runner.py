@@ -71,7 +71,8 @@ def run_experiment(builder: Builder) -> dict:
   with contextlib.ExitStack() as stack:
     stack.callback(builder.close)  # If it fails before the servers start.
     run.seed_everything(config.seed)
-    recorded = builder.check(envs.env_specs(config.env))
+    recorded = builder.check(envs.env_specs(
+        config.env, frame_stack=config.frame_stack))
     record = resume.check_resumable(config.root_dir, recorded)
     run_dir = stack.enter_context(resume.RunDirectory(config.root_dir,
                                                       record))
