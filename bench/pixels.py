@@ -1,0 +1,196 @@
+"""Pixels in the replay feed: memory per transition and stacked draws,
+against Stable-Baselines3's ReplayBuffer in the same run.
+
+Data: `--transitions` steps of Atari-shaped episodes (84x84 uint8 grey
+frames, int64 actions, `--episode_steps` steps each, random frames).
+
+  bytes_per_transition           our memory (`replay.memory`): bytes of
+                                 all its tensors (frames once per step,
+                                 scalars, index, episode bounds) per
+                                 stored transition
+  stacked_transitions_per_s      our uniform draws of `--batch_size`
+                                 transitions with 4-frame stacks (observation
+                                 and next observation), in a tf.function
+  sb3_bytes_per_transition       SB3 ReplayBuffer(optimize_memory_usage=True)
+                                 holding the stacks SB3's VecFrameStack
+                                 gives it ([84, 84, 4] per step)
+  sb3_stacked_transitions_per_s  its sample(batch_size), as torch tensors
+  ppo_env_steps_per_s            PPO on Pong with 8 env copies: null until
+                                 PPO takes image observations
+
+Goals (issue 46): bytes_per_transition <= 1.1 x (one frame + the scalars);
+stacked_transitions_per_s >= 100k and >= 1x SB3's. Each rate is the median
+of --rounds timed runs of --seconds; ours and SB3's alternate round by
+round (SB3 in its own interpreter, `--sb3_python`, see
+../shared/peers.md), so load from the rest of the machine falls on both.
+Prints one JSON line.
+
+  python bench/pixels.py [--transitions 50000] [--batch_size 32]
+                         [--sb3_python PEER/bin/python]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import textwrap
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import trajectory
+
+from rlds_reverb.replay import memory as memory_lib
+
+FRAME = (84, 84)
+STACK = 4
+ACTIONS = 6
+
+# Runs in the peer interpreter: fills SB3's buffer, then times `rounds`
+# runs of sample(batch), one per line of stdin, printing each rate.
+_SB3 = textwrap.dedent('''
+    import sys, time, json
+    import numpy as np, gymnasium as gym
+    from stable_baselines3.common.buffers import ReplayBuffer
+    n, batch, seconds, steps = (int(sys.argv[1]), int(sys.argv[2]),
+                                float(sys.argv[3]), int(sys.argv[4]))
+    space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    buffer = ReplayBuffer(n + 1, space, gym.spaces.Discrete(6), device='cpu',
+                          optimize_memory_usage=True,
+                          handle_timeout_termination=False)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (steps + 4, 84, 84), np.uint8)
+    for t in range(n):
+        i = t % steps
+        stack = np.moveaxis(frames[i:i + 4], 0, -1)[None]
+        following = np.moveaxis(frames[i + 1:i + 5], 0, -1)[None]
+        buffer.add(stack, following, np.array([[t % 6]]), np.array([1.0]),
+                   np.array([i == steps - 1]), [{}])
+    held = (buffer.observations.nbytes + buffer.actions.nbytes +
+            buffer.rewards.nbytes + buffer.dones.nbytes)
+    print(json.dumps({'bytes_per_transition': held / n}), flush=True)
+    for _ in sys.stdin:
+        for _ in range(10):
+            buffer.sample(batch)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            buffer.sample(batch)
+            count += 1
+        print(count * batch / (time.perf_counter() - start), flush=True)
+''')
+
+
+def episode_spec() -> trajectory.Trajectory:
+  scalar = lambda dtype: tf.TensorSpec([], dtype)
+  return trajectory.Trajectory(
+      step_type=scalar(tf.int32),
+      observation=tf.TensorSpec(FRAME, tf.uint8),
+      action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, ACTIONS - 1),
+      policy_info=(), next_step_type=scalar(tf.int32),
+      reward=scalar(tf.float32), discount=scalar(tf.float32))
+
+
+def episodes(transitions: int, steps: int, rng: np.random.Generator):
+  """Converted episodes of `steps` + 1 rows each (the final observation
+  row holds no transition) until `transitions` transitions."""
+  out, total = [], 0
+  while total < transitions:
+    n = min(steps, transitions - total) + 1
+    step_type = np.ones(n, np.int32)
+    step_type[0], step_type[-1] = 0, 2
+    out.append(trajectory.Trajectory(
+        step_type=step_type,
+        observation=rng.integers(0, 256, (n,) + FRAME, np.uint8),
+        action=rng.integers(0, ACTIONS, n).astype(np.int64), policy_info=(),
+        next_step_type=np.concatenate([step_type[1:], [0]]).astype(np.int32),
+        reward=np.ones(n, np.float32), discount=np.ones(n, np.float32)))
+    total += n - 1
+  return out
+
+
+def time_ours(draw, batch_size: int, seconds: float) -> float:
+  for _ in range(10):
+    draw()
+  count, start = 0, time.perf_counter()
+  while time.perf_counter() - start < seconds:
+    draw()
+    count += 1
+  return count * batch_size / (time.perf_counter() - start)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--transitions', type=int, default=50_000)
+  parser.add_argument('--episode_steps', type=int, default=1000,
+                      help='Transitions per episode (Pong: about 800 to '
+                           '4,000 agent steps).')
+  parser.add_argument('--batch_size', type=int, default=32)
+  parser.add_argument('--rounds', type=int, default=5)
+  parser.add_argument('--seconds', type=float, default=2.0)
+  parser.add_argument('--sb3_python', default='',
+                      help='Interpreter with stable-baselines3 (the peer '
+                           'venv of ../shared/peers.md); empty: ours only.')
+  args = parser.parse_args()
+
+  memory = memory_lib.from_episodes(
+      episode_spec(), episodes(args.transitions, args.episode_steps,
+                               np.random.default_rng(0)),
+      frame_stack=STACK)
+  transitions = int(memory.num_transitions)
+  draw = tf.function(lambda: memory.sample(args.batch_size))
+  batch = draw()
+  assert batch.observation.shape.as_list() == [args.batch_size, 2, *FRAME,
+                                               STACK]
+  scalars = 4 + 4 + 8 + 4 + 4  # step types, action, reward, discount
+
+  sb3 = None
+  if args.sb3_python:
+    sb3 = subprocess.Popen(
+        [args.sb3_python, '-c', _SB3, str(args.transitions),
+         str(args.batch_size), str(args.seconds), str(args.episode_steps)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    sb3_bytes = json.loads(sb3.stdout.readline())['bytes_per_transition']
+  ours, theirs = [], []
+  for _ in range(args.rounds):
+    ours.append(time_ours(draw, args.batch_size, args.seconds))
+    if sb3 is not None:
+      sb3.stdin.write('go\n')
+      sb3.stdin.flush()
+      theirs.append(float(sb3.stdout.readline()))
+  if sb3 is not None:
+    sb3.stdin.close()
+    sb3.wait(timeout=60)
+
+  frame_bytes = int(np.prod(FRAME))
+  result = {
+      'bench': 'pixels', 'transitions': transitions,
+      'batch_size': args.batch_size, 'frame_stack': STACK,
+      'bytes_per_transition': round(memory.bytes / transitions, 1),
+      'bytes_goal': round(1.1 * (frame_bytes + scalars), 1),
+      'stacked_transitions_per_s': round(statistics.median(ours)),
+      'stacked_goal': 100_000,
+      'sb3_bytes_per_transition': (round(sb3_bytes, 1) if sb3 is not None
+                                   else None),
+      'sb3_stacked_transitions_per_s': (round(statistics.median(theirs))
+                                        if theirs else None),
+      'ppo_env_steps_per_s': None,
+      'ppo_note': 'PPO takes no image observations yet',
+      'machine': f'{os.cpu_count()} cores, {platform.machine()}, no GPU',
+      'date': datetime.date.today().isoformat()}
+  result['bytes_goal_met'] = result['bytes_per_transition'] <= result[
+      'bytes_goal']
+  if theirs:
+    result['ours_vs_sb3'] = round(result['stacked_transitions_per_s'] /
+                                  result['sb3_stacked_transitions_per_s'], 2)
+  print(json.dumps(result))
+
+
+if __name__ == '__main__':
+  main()
