@@ -114,3 +114,39 @@ def test_saved_model_of_an_image_policy_acts_as_the_numpy_one(tmp_path):
                                               np.uint8)
   np.testing.assert_array_equal(act(stacks), policy.greedy(stacks))
   assert 'greedy' in paths and 'collect' in paths
+
+
+@pytest.mark.parametrize('algorithm', ['ppo', 'a2c'])
+def test_cnn_actor_critic_updates_and_exports_its_actor(algorithm):
+  from rlds_reverb.agents import actor_critic  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents.onpolicy import ppo  # pylint: disable=g-import-not-at-top
+  tf.random.set_seed(5)
+  model = actor_critic.CnnActorCritic((84, 84, K), num_actions=ACTIONS)
+  rng = np.random.default_rng(6)
+  n = 32
+  observation = rng.integers(0, 256, (n, 84, 84, K), np.uint8)
+  # Returns the critic can fit: the mean brightness of the newest frame.
+  target = observation[..., -1].mean(axis=(1, 2)) / 255.0 * 4.0 - 2.0
+  batch = {'observation': observation,
+           'action': rng.integers(0, ACTIONS, n).astype(np.int64),
+           'log_prob': np.full(n, -np.log(ACTIONS), np.float32),
+           'advantage': rng.standard_normal(n).astype(np.float32),
+           'return': target.astype(np.float32),
+           'value': np.zeros(n, np.float32)}
+  updater = ppo.Updater(model, ppo.PpoConfig(
+      algorithm=algorithm, epochs=2, minibatches=2, learning_rate=1e-4,
+      lr_decay=False))
+  first = updater(batch, 1.0, seed=0)
+  for step in range(1, 6):
+    last = updater(batch, 1.0, seed=step)
+  assert last['value_loss'] < first['value_loss']
+  assert int(model.train_step_counter.numpy()) == 24
+
+  policy = actor_critic.export(model, np.int64(0), np.int64(ACTIONS - 1))
+  assert policy.head == 'categorical' and policy.input_shape == [84, 84, K]
+  logits = model.actor(model.trunk(observation[:8])).numpy()
+  # pylint: disable=protected-access
+  np.testing.assert_allclose(policy._last_layer(observation[:8]), logits,
+                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(policy.greedy(observation[:8]),
+                                np.argmax(logits, -1))

@@ -8,6 +8,10 @@ log standard deviation is a learned vector independent of the state
 (continuous actions) or a categorical one (discrete actions). The actor
 exports to a numpy policy (heads 'gaussian' / 'categorical'), so actors and
 evaluation act without TensorFlow, as for every other agent here.
+
+Image observations (uint8 frame stacks) take the seed codebase's CNN base
+instead (`CnnActorCritic`): the Nature DQN encoder shared by a linear
+actor and a linear critic, ReLU, orthogonal initialisation.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import tensorflow as tf
 
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.acting import recurrent_policy
+from rlds_reverb.agents import image_networks
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -190,19 +195,85 @@ class RecurrentActorCritic(_Heads):
     return _heads_weights(self, self.cell.trainable_weights)
 
 
+class CnnActorCritic(_Heads):
+  """The seed's CNNBase: one Nature encoder (`image_networks`) whose 512
+  features feed a linear actor and a linear critic; frames are scaled to
+  [0, 1] inside it."""
+
+  def __init__(self, observation_shape: Sequence[int], *,
+               action_size: int = 0, num_actions: int = 0,
+               initial_log_std: float = 0.0, name: str = 'cnn_actor_critic'):
+    self.observation_shape = tuple(int(d) for d in observation_shape)
+    if len(self.observation_shape) != 3:
+      raise ValueError('CnnActorCritic takes frame stacks [H, W, C], got '
+                       f'shape {self.observation_shape}')
+    super().__init__(0, action_size=action_size, num_actions=num_actions,
+                     hidden=(), initial_log_std=initial_log_std, name=name)
+
+  def _make_trunk(self) -> None:
+    relu_init = lambda: tf.keras.initializers.Orthogonal(math.sqrt(2.0))
+    layers = [tf.keras.layers.Rescaling(image_networks.PIXEL_SCALE)]
+    layers += [tf.keras.layers.Conv2D(filters, size, stride,
+                                      activation='relu',
+                                      kernel_initializer=relu_init())
+               for filters, size, stride in image_networks.NATURE_CONV]
+    layers.append(tf.keras.layers.Flatten())
+    layers += [tf.keras.layers.Dense(units, activation='relu',
+                                     kernel_initializer=relu_init())
+               for units in image_networks.NATURE_FC]
+    self.trunk = tf.keras.Sequential(layers, name='trunk')
+
+  def _build(self) -> None:
+    features = self.trunk(tf.zeros((1,) + self.observation_shape, tf.uint8))
+    self.actor(features)
+    self.critic(features)
+
+  def value(self, observations: tf.Tensor) -> tf.Tensor:
+    return self.critic(self.trunk(observations))[:, 0]
+
+  def log_prob_and_entropy(self, observations: tf.Tensor, actions: tf.Tensor
+                           ) -> tuple[tf.Tensor, tf.Tensor]:
+    return _policy_terms(self.actor(self.trunk(observations)), actions,
+                         self.log_std)
+
+  @property
+  def trainable_weights(self) -> list[tf.Variable]:
+    return _heads_weights(self, self.trunk.trainable_weights)
+
+
 def _dense_weights(model: tf.keras.Sequential
                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-  kernels = [layer.kernel.numpy() for layer in model.layers]
-  biases = [layer.bias.numpy() for layer in model.layers]
+  dense = [layer for layer in model.layers
+           if isinstance(layer, tf.keras.layers.Dense)]
+  return ([layer.kernel.numpy() for layer in dense],
+          [layer.bias.numpy() for layer in dense])
+
+
+def _conv_weights(model: CnnActorCritic) -> dict[str, Any]:
+  convs = [layer for layer in model.trunk.layers
+           if isinstance(layer, tf.keras.layers.Conv2D)]
+  return {'conv_kernels': [c.kernel.numpy() for c in convs],
+          'conv_biases': [c.bias.numpy() for c in convs],
+          'conv_strides': [int(c.strides[0]) for c in convs],
+          'obs_scale': image_networks.PIXEL_SCALE,
+          'input_shape': list(model.observation_shape)}
+
+
+def _actor_weights(model: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """The actor's layers from the observation (a CNN's trunk Dense first)."""
+  kernels, biases = _dense_weights(model.actor)
+  if isinstance(model, CnnActorCritic):
+    trunk_kernels, trunk_biases = _dense_weights(model.trunk)
+    kernels, biases = trunk_kernels + kernels, trunk_biases + biases
   return kernels, biases
 
 
-def export(model: ActorCritic | RecurrentActorCritic,
+def export(model: ActorCritic | RecurrentActorCritic | CnnActorCritic,
            action_low: np.ndarray, action_high: np.ndarray,
            metadata: dict[str, Any] | None = None) -> Any:
   """The actor as a numpy policy (observations as the model sees them):
   a `NumpyPolicy`, or a `RecurrentPolicy` for a recurrent model."""
-  kernels, biases = _dense_weights(model.actor)
+  kernels, biases = _actor_weights(model)
   if model.recurrent:
     kernel, recurrent_kernel, bias = (w.numpy() for w in model.cell.weights)
     return recurrent_policy.RecurrentPolicy(
@@ -213,19 +284,26 @@ def export(model: ActorCritic | RecurrentActorCritic,
         action_high=np.asarray(action_high),
         log_std=None if model.discrete else model.log_std.numpy(),
         metadata=dict(metadata or {}))
+  image = isinstance(model, CnnActorCritic)
   return numpy_policy.NumpyPolicy(
       head='categorical' if model.discrete else 'gaussian',
       kernels=kernels, biases=biases,
       action_low=np.asarray(action_low), action_high=np.asarray(action_high),
-      metadata=dict(metadata or {}), activation='tanh',
-      log_std=None if model.discrete else model.log_std.numpy())
+      metadata=dict(metadata or {}), activation='relu' if image else 'tanh',
+      log_std=None if model.discrete else model.log_std.numpy(),
+      **(_conv_weights(model) if image else {}))
 
 
-def update_weights(policy: Any, model: ActorCritic | RecurrentActorCritic
+def update_weights(policy: Any,
+                   model: ActorCritic | RecurrentActorCritic | CnnActorCritic
                    ) -> None:
   """Copies the model's actor of now into `policy` (a recurrent one's
   evaluation state starts afresh)."""
-  policy.kernels, policy.biases = _dense_weights(model.actor)
+  policy.kernels, policy.biases = _actor_weights(model)
+  if isinstance(model, CnnActorCritic):
+    weights = _conv_weights(model)
+    policy.conv_kernels = weights['conv_kernels']
+    policy.conv_biases = weights['conv_biases']
   if not model.discrete:
     policy.log_std = model.log_std.numpy()
   if model.recurrent:
