@@ -29,6 +29,7 @@ from rlds_reverb.agents import dqn
 from rlds_reverb.agents import factory
 from rlds_reverb.agents.offline import awac
 from rlds_reverb.agents.offline import cal_ql
+from rlds_reverb.agents.offline import discrete
 from rlds_reverb.agents.offline import ensemble
 from rlds_reverb.agents.offline import iql
 from rlds_reverb.agents.offline import rebrac
@@ -199,6 +200,15 @@ _RECORDS = (
         make=cal_ql.make_cal_ql, head='tanh_normal', td_errors=True,
         normalizes_observations=True, ensemble_critics=True, one_step=True,
         returns_to_go=True, method_config=cal_ql.CalQlConfig),
+    AgentRecord(
+        'discrete_bc', (OFFLINE,), Published(
+            'behaviour cloning, discrete actions (RL Unplugged Atari)'),
+        make=discrete.make_discrete_bc, head='q_argmax', actions=DISCRETE),
+    AgentRecord(
+        'discrete_cql', (OFFLINE,), Published(
+            'Kumar et al. 2020, CQL(H) on DQN'),
+        make=discrete.make_discrete_cql, head='q_argmax', actions=DISCRETE,
+        method_config=discrete.DiscreteCqlConfig),
     AgentRecord(
         'ppo', (ONPOLICY,), Published(
             'the seed A2C/PPO codebase (PPO, Schulman et al. 2017)'),

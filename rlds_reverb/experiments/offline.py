@@ -59,6 +59,13 @@ def _check(config: OfflineConfig, specs: envs.EnvSpecs) -> None:
   her_run = config.her_config is not None
   agent = registry.get(config.agent)
   agent.check_mode(registry.OFFLINE, her=her_run)
+  if agent.actions != registry.BOTH and specs.discrete != (
+      agent.actions == registry.DISCRETE):
+    fitting = registry.names(registry.OFFLINE, discrete=specs.discrete)
+    raise ValueError(f'agent {config.agent} needs {agent.actions} actions; '
+                     f'env {config.env} has '
+                     f'{"discrete" if specs.discrete else "continuous"} ones: '
+                     f'use {", ".join(fitting)}')
   if not config.reconnect_timeout_s >= 0 or (config.reconnect_timeout_s and
                                             not config.reverb_address):
     raise ValueError('reconnect_timeout_s must be >= 0, and > 0 only with '

@@ -65,7 +65,9 @@ def without_terminations(rlds_data: tf.data.Dataset) -> tf.data.Dataset:
 
 def check_and_cast(rlds_data: tf.data.Dataset, specs: envs.EnvSpecs
                    ) -> tf.data.Dataset:
-  """Casts observation/action/reward/discount to float32, checked against env.
+  """Casts observation/action/reward/discount to the agents' dtypes
+  (float32; uint8 frames and discrete int64 actions stay), checked against
+  the env.
 
   D4RL v2 configs store float32 steps with float64 `infos`; v1 replay configs
   are float64 throughout; agents compute in float32. Extra fields (infos)
@@ -84,15 +86,16 @@ def check_and_cast(rlds_data: tf.data.Dataset, specs: envs.EnvSpecs
     raise ValueError(f'dataset step field {rlds.OBSERVATION!r} has dtype '
                      f'{observation.dtype.name}; env {specs.env_id} gives '
                      'uint8 frames, and the data must hold them so')
-  # Image frames stay uint8: the memory keeps them once, the networks
-  # scale them.
-  fields = [f for f in CAST_FIELDS
-            if not (specs.image and f == rlds.OBSERVATION)]
-  if all(step_spec[f].dtype == AGENT_DTYPE for f in fields):
+  # Image frames stay uint8 (the memory keeps them once, the networks
+  # scale them); discrete actions are indices, int64 as the action spec.
+  dtypes = {f: (tf.int64 if f == rlds.ACTION and specs.discrete
+                else AGENT_DTYPE) for f in CAST_FIELDS
+            if not (specs.image and f == rlds.OBSERVATION)}
+  if all(step_spec[f].dtype == dtype for f, dtype in dtypes.items()):
     return rlds_data
 
   def cast_steps(steps):
-    return {k: (tf.cast(v, AGENT_DTYPE) if k in fields else v)
+    return {k: (tf.cast(v, dtypes[k]) if k in dtypes else v)
             for k, v in steps.items()}
 
   def cast_episode(episode):
