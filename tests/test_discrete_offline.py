@@ -20,6 +20,7 @@ from rlds_reverb.data import recording
 from rlds_reverb.experiments import offline
 from rlds_reverb.replay import memory as memory_lib
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
+from conftest import converted_episodes  # pylint: disable=g-bad-import-order
 
 OBS = 4
 
@@ -37,11 +38,7 @@ def _memory(seed=0):
     episode['observation'] = rng.standard_normal((n, OBS)).astype(np.float32)
     episode['action'] = _rule(episode['observation'])
     episode['reward'] = np.ones(n, np.float32)
-  rlds_data = fx.make_rlds(episodes)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
-               for e in rlds_reverb.convert_rlds_to_episodes(
-                   rlds_data, zero_terminal_discount=True)]
+  spec, converted = converted_episodes(fx.make_rlds(episodes))
   return memory_lib.from_episodes(spec, converted)
 
 

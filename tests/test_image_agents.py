@@ -18,6 +18,7 @@ from rlds_reverb.agents import image_networks
 from rlds_reverb.agents import registry
 from rlds_reverb.replay import memory as memory_lib
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
+from conftest import converted_episodes  # pylint: disable=g-bad-import-order
 
 K = 4
 ACTIONS = 6
@@ -30,10 +31,7 @@ def _frames_memory():
     n = len(episode['reward'])
     episode['observation'] = rng.integers(0, 256, (n, 84, 84), np.uint8)
     episode['action'] = rng.integers(0, ACTIONS, n).astype(np.int64)
-  rlds_data = fx.make_rlds(episodes)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
-               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  spec, converted = converted_episodes(fx.make_rlds(episodes))
   return memory_lib.from_episodes(spec, converted, frame_stack=K)
 
 

@@ -24,6 +24,7 @@ from rlds_reverb.replay import memory as memory_lib
 from rlds_reverb.replay import per
 from rlds_reverb.replay import variants
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
+from conftest import converted_episodes  # pylint: disable=g-bad-import-order
 
 K = 4  # Frames per stack.
 
@@ -72,6 +73,13 @@ def _server(spec, directory=None):
   return server, reverb.Client(f'localhost:{server.port}')
 
 
+def _push(client, rlds_data):
+  """Whole-episode items, unread: what the in-memory feed reads."""
+  rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
+                                 sequence_length=None,
+                                 priority=episode_table.UNREAD)
+
+
 def _replay(spec, frame_stack=1, capacity=1, **kwargs):
   return variants.UniformReplay(variants.Settings(
       table='episodes', data_spec=spec, batch_size=8, capacity=capacity,
@@ -104,9 +112,7 @@ def test_image_episodes_round_trip_convert_push_load_byte_for_byte():
                                   episodes[number]['observation']['pixels'])
   server, client = _server(spec)
   try:
-    rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
-                                   sequence_length=None,
-                                   priority=episode_table.UNREAD)
+    _push(client, rlds_data)
     replay = _replay(spec)
     assert replay.start(client) == 3
     rows = _by_episode(replay.memory)
@@ -148,9 +154,7 @@ def test_reverb_compresses_image_episodes():
   directory = tempfile.mkdtemp()
   server, client = _server(spec, directory)
   try:
-    rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
-                                   sequence_length=None,
-                                   priority=episode_table.UNREAD)
+    _push(client, rlds_data)
     client.checkpoint()
   finally:
     server.stop()
@@ -164,10 +168,7 @@ def test_reverb_compresses_image_episodes():
 def test_stacks_equal_hand_built_stacks_at_starts_ends_and_evictions(shape):
   lengths = [7, 1, 2, 3, 6, 2]
   episodes = _image_episodes(lengths, shape=shape)
-  rlds_data = fx.make_rlds(episodes)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
-               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  spec, converted = converted_episodes(fx.make_rlds(episodes))
   # 14 rows: episode 4 wraps to row 0 and evicts episode 0, episode 5
   # follows it and evicts episode 1.
   memory = memory_lib.TransitionMemory(spec, 14, frame_stack=K)
@@ -196,10 +197,7 @@ def test_stacks_equal_hand_built_stacks_at_starts_ends_and_evictions(shape):
 def test_n_step_and_prioritized_draws_assemble_the_same_stacks():
   lengths = [6, 3, 8]
   episodes = _image_episodes(lengths, terminal=[True, False, True])
-  rlds_data = fx.make_rlds(episodes)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
-               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  spec, converted = converted_episodes(fx.make_rlds(episodes))
   memory = memory_lib.TransitionMemory(spec, sum(lengths), frame_stack=K)
   memory.add(converted)
   live = _by_episode(memory)
@@ -239,10 +237,7 @@ def test_n_step_and_prioritized_draws_assemble_the_same_stacks():
 
 def test_frames_are_kept_once_per_step():
   episodes = _image_episodes([50, 50], shape=(84, 84))
-  rlds_data = fx.make_rlds(episodes)
-  spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
-  converted = [tree.map_structure(lambda x: x.numpy(), e.trajectory)
-               for e in rlds_reverb.convert_rlds_to_episodes(rlds_data)]
+  spec, converted = converted_episodes(fx.make_rlds(episodes))
   memory = memory_lib.TransitionMemory(spec, 100, frame_stack=K)
   memory.add(converted)
   # One 84x84 frame per row plus the scalars, the index and the episode
@@ -257,9 +252,7 @@ def test_frame_stack_setting_reaches_the_feed_of_a_replay():
   spec = rlds_reverb.create_trajectory_data_spec(rlds_data)
   server, client = _server(spec)
   try:
-    rlds_reverb.push_rlds_to_table(rlds_data, client, 'episodes',
-                                   sequence_length=None,
-                                   priority=episode_table.UNREAD)
+    _push(client, rlds_data)
     replay = _replay(spec, frame_stack=K, n_step=2)
     replay.start(client)
     batch = replay.feed()()
