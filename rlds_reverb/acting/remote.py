@@ -215,9 +215,11 @@ class Actor:
     self._envs = gym.vector.SyncVectorEnv(
         [lambda: envs.make_env(config.env)] * config.num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    # Image envs: acts on frame stacks (the learner's default), writes frames.
     self._rollout = rollout.Rollout(self._envs,
                                     rollout.layout_of(self._envs),
-                                    seed=config.seed * 1000)
+                                    seed=config.seed * 1000,
+                                    frame_stack=self.specs.frame_stack)
     self._rng = np.random.default_rng(config.seed)
     self.policy: Optional[numpy_policy.NumpyPolicy] = None
     self._sender = sender.EpisodeSender(
