@@ -88,6 +88,8 @@ PUBLISHED_LINES = tuple(
     'medium_expert_1m_rebrac',
     'medium_expert_1m_bc',
     'hopper_medium',
+    'walker2d_medium',
+    'hopper_medium_replay',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
