@@ -56,7 +56,10 @@ def _config(address, root, agent, steps=30, **overrides):
           actor_layers=(16,), critic_layers=(16,), seed=1), **overrides)
 
 
-@pytest.mark.parametrize('agent', registry.names(registry.OFFLINE))
+# The HalfCheetah data needs continuous actions; the discrete learners'
+# runs are in test_discrete_offline.py.
+@pytest.mark.parametrize('agent', registry.names(registry.OFFLINE,
+                                                 discrete=False))
 def test_each_learner_trains_exports_and_resumes(served, tmp_path, agent):
   gin.clear_config()
   gin.parse_config('SacNConfig.num_critics = 3')
