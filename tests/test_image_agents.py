@@ -35,6 +35,15 @@ def _frames_memory():
   return memory_lib.from_episodes(spec, converted, frame_stack=K)
 
 
+def _clear(values: np.ndarray) -> np.ndarray:
+  """Rows whose best output leads the next by more than float noise: there
+  two implementations of the same network must pick the same action."""
+  top = np.sort(values, axis=-1)
+  clear = top[:, -1] - top[:, -2] > 1e-3
+  assert clear.sum() >= len(values) // 2, values
+  return clear
+
+
 def _specs():
   observation = tf.TensorSpec([84, 84, K], tf.uint8, name='observation')
   action = tensor_spec.BoundedTensorSpec((), tf.int64, 0, ACTIONS - 1,
@@ -77,7 +86,9 @@ def test_dqn_trains_on_stacks_and_its_numpy_export_acts_alike(tmp_path):
   # pylint: disable=protected-access
   np.testing.assert_allclose(loaded._last_layer(stacks), q_tf, rtol=1e-4,
                              atol=1e-5)
-  np.testing.assert_array_equal(loaded.greedy(stacks), np.argmax(q_tf, -1))
+  clear = _clear(q_tf)
+  np.testing.assert_array_equal(loaded.greedy(stacks)[clear],
+                                np.argmax(q_tf, -1)[clear])
 
 
 def test_numpy_conv_is_keras_conv():
@@ -112,7 +123,9 @@ def test_saved_model_of_an_image_policy_acts_as_the_numpy_one(tmp_path):
   act = saved_policy.load_act(str(tmp_path / 'saved'))
   stacks = np.random.default_rng(4).integers(0, 256, (6, 84, 84, K),
                                               np.uint8)
-  np.testing.assert_array_equal(act(stacks), policy.greedy(stacks))
+  clear = _clear(policy._last_layer(stacks))  # pylint: disable=protected-access
+  np.testing.assert_array_equal(act(stacks)[clear],
+                                policy.greedy(stacks)[clear])
   assert 'greedy' in paths and 'collect' in paths
 
 
@@ -148,5 +161,6 @@ def test_cnn_actor_critic_updates_and_exports_its_actor():
   # pylint: disable=protected-access
   np.testing.assert_allclose(policy._last_layer(observation[:8]), logits,
                              rtol=1e-4, atol=1e-5)
-  np.testing.assert_array_equal(policy.greedy(observation[:8]),
-                                np.argmax(logits, -1))
+  clear = _clear(logits)
+  np.testing.assert_array_equal(policy.greedy(observation[:8])[clear],
+                                np.argmax(logits, -1)[clear])
