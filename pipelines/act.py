@@ -19,12 +19,12 @@ stays a few episodes ahead of the learner at most. Episode returns go to
 --run_dir/actor_<seed>/ (episodes.jsonl and TensorBoard); the bar shows env
 steps/s.
 
-With --agent ppo or a2c it is an on-policy actor (acting/rollout_actor.py)
-of a learner run with --num_actors 0 and a server started with
-`pipelines.serve --env ENV --rollouts`: it takes the learner's rollout
-settings, weights and normalisation statistics, collects one rollout at a
-time while fewer than --max_unread_rollouts wait in the queue, and writes
-it there; it logs each finished episode the same way.
+With --agent ppo, a2c or acktr it is an on-policy actor
+(acting/rollout_actor.py) of a learner run with --num_actors 0 and a
+server started with `pipelines.serve --env ENV --rollouts`: it takes the
+learner's rollout settings, weights and normalisation statistics,
+collects one rollout at a time while fewer than --max_unread_rollouts wait
+in the queue, and writes it there; it logs each finished episode the same way.
 
 SIGTERM or Ctrl-C ends it cleanly: the episode write in flight gets
 --timeout_s, episodes still running are dropped, and the last stdout line
@@ -72,8 +72,8 @@ _AGENT = flags.DEFINE_enum(
      registry.get(name).trains(registry.ONPOLICY)],
     "The learner's agent: published "
     'weights of another kind are refused. sac samples its policy; td3 adds '
-    '--exploration_noise; dqn is epsilon-greedy with --epsilon; ppo and a2c '
-    'sample theirs and write rollouts into the rollout queue.')
+    '--exploration_noise; dqn is epsilon-greedy with --epsilon; ppo, a2c '
+    'and acktr sample theirs and write rollouts into the rollout queue.')
 # The actor's settings: flags made from the fields of `remote.ActorConfig`
 # (off-policy agents) and `rollout_actor.RolloutActorConfig` (ppo, a2c).
 _CONFIGS = (remote.ActorConfig, rollout_actor.RolloutActorConfig)

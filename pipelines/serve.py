@@ -104,7 +104,7 @@ _ENV = flags.DEFINE_string(
 _ROLLOUTS = flags.DEFINE_bool(
     'rollouts', False, 'With --env: serve the tables of PPO / A2C actor '
     f'processes instead: the rollout queue {onpolicy.ROLLOUT_TABLE!r} that '
-    'pipelines.act --agent ppo/a2c write (each rollout read once by the '
+    'pipelines.act --agent ppo/a2c/acktr write (each rollout read once by the '
     'learner) and the weights table the learner (pipelines.train --agent '
     'ppo --num_actors 0) publishes its weights and statistics into. '
     '--table and --max_size do not apply.')

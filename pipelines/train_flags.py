@@ -77,8 +77,8 @@ def mode(agent: registry.AgentRecord, data: bool) -> str:
       config_flags.flags_of(configs.OnlineConfig) |
       config_flags.flags_of(configs.OfflineConfig))
   if onpolicy_only:
-    usage_error(f'{_flag_list(onpolicy_only)}: for --agent '
-                 f'{" or ".join(registry.names(registry.ONPOLICY))} only')
+    usage_error(f'{_flag_list(onpolicy_only)}: for the on-policy agents '
+                 f'({", ".join(registry.names(registry.ONPOLICY))}) only')
   her_run = flags.FLAGS['her'].present
   if data and flags.FLAGS['num_actors'].value != 0:
     if not agent.trains(registry.OFFLINE, her=her_run):
@@ -119,6 +119,13 @@ def check(mode: str, agent: registry.AgentRecord) -> None:
                 if registry.get(a).minibatch_epochs]
       usage_error(f'{_flag_list(ppo_only)}: for --agent {", ".join(epochs)} '
                    f'only ({agent.name} takes one step per rollout)')
+  kfac_only = given & set(ppo.KFAC_ONLY)
+  if mode == registry.ONPOLICY and not agent.kfac_step and kfac_only:
+    kfac_agents = [a for a in registry.names(registry.ONPOLICY)
+                   if registry.get(a).kfac_step]
+    usage_error(f'{_flag_list(kfac_only)}: for --agent '
+                 f'{", ".join(kfac_agents)} only ({agent.name} does not '
+                 'step with K-FAC)')
   gail = {f for f in given if f.startswith('gail_')}
   if gail and 'gail_dataset' not in gail:
     usage_error(f'{_flag_list(gail)}: GAIL needs its demonstrations: pass '
@@ -145,7 +152,8 @@ def config(mode: str, agent: str) -> configs.RunConfig:
   given.setdefault('root_dir', '')
   config = configs.make(cls, agent, given)
   if mode == registry.ONPOLICY:
-    onpolicy.check_env(envs.env_specs(config.env))
+    onpolicy.check_env(envs.env_specs(config.env, config.frame_stack),
+                       config.ppo_config)
   if not config.root_dir:
     config = dataclasses.replace(config,
                                  root_dir=configs.default_root_dir(config))

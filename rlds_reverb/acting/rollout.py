@@ -189,10 +189,21 @@ class FrameStacker:
     self._stacks[:, -1] = frames
 
   def stacks(self) -> np.ndarray:
-    x = np.moveaxis(self._stacks, 1, -1)  # [n, H, W, (C,) k]
-    if x.ndim == 5:  # [n, H, W, C, k] -> [n, H, W, k * C], frame-major.
-      x = np.swapaxes(x, -1, -2).reshape(x.shape[:3] + (-1,))
-    return np.ascontiguousarray(x)
+    return _layout(self._stacks)
+
+  def peek(self, i: int, frame: np.ndarray) -> np.ndarray:
+    """Sub-env i's stack were `frame` pushed (a truncated episode's real
+    final observation), leaving the stacks as they are."""
+    stack = np.concatenate([self._stacks[i, 1:], np.asarray(frame)[None]])
+    return _layout(stack[None])[0]
+
+
+def _layout(stacks: np.ndarray) -> np.ndarray:
+  """[n, k, H, W(, C)] -> [n, H, W, k (* C)], frame-major channels."""
+  x = np.moveaxis(stacks, 1, -1)  # [n, H, W, (C,) k]
+  if x.ndim == 5:  # [n, H, W, C, k] -> [n, H, W, k * C], frame-major.
+    x = np.swapaxes(x, -1, -2).reshape(x.shape[:3] + (-1,))
+  return np.ascontiguousarray(x)
 
 
 def _row(observations: Any, i: int) -> Any:

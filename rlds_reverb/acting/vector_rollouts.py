@@ -8,6 +8,12 @@ ends an episode returns the next episode's first observation, and the real
 final observation comes in `infos['final_obs']`; a truncated step keeps it
 (as the policy would see it) in `final_observation`.
 
+Image envs (uint8 frames) give the policy stacks of the last `frame_stack`
+frames of each copy (`rollout.FrameStacker`: a new episode's stack is its
+first frame repeated), kept uint8 and never normalised (the network
+scales them); a truncated step's `final_observation` is the stack with
+the real final frame on top.
+
 One rollout, as arrays (T steps, N copies):
 
   observation        [T, N, d]  o_t as the policy saw it (after `observe`)
@@ -33,6 +39,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlds_reverb.acting import envs
+from rlds_reverb.acting import rollout as rollout_lib
 
 # (observations [N, d], episode starts [N]) -> (actions [N, ...],
 # log-probabilities [N]); a recurrent actor resets its state where a copy's
@@ -58,7 +65,10 @@ class VectorRollouts:
 
   def __init__(self, env_id: str, *, num_envs: int, rollout_steps: int,
                seed: int = 0, observe: ObserveFn = _identity,
-               scale_reward: ScaleRewardFn = lambda r, ended: r):
+               scale_reward: ScaleRewardFn = lambda r, ended: r,
+               frame_stack: int = 1):
+    """`frame_stack` > 1: an image env whose policy sees stacks of that
+    many frames (`observe` is then not called)."""
     if num_envs < 1 or rollout_steps < 1:
       raise ValueError(f'num_envs and rollout_steps must be >= 1, got '
                        f'{num_envs} and {rollout_steps}')
@@ -74,12 +84,17 @@ class VectorRollouts:
       raise ValueError(f'{env_id}: on-policy rollouts need a flat (Box) '
                        'observation space, got '
                        f'{self._envs.single_observation_space}')
+    self._stacker = None
     self._low = None if self.discrete else space.low
     self._high = None if self.discrete else space.high
     self.num_envs, self.rollout_steps = num_envs, rollout_steps
     self._observe, self._scale_reward = observe, scale_reward
     raw, _ = self._envs.reset(seed=seed)
-    self._observation = observe(raw, update=True)
+    if frame_stack > 1:
+      self._stacker = rollout_lib.FrameStacker(frame_stack, raw)
+      self._observation = self._stacker.stacks()
+    else:
+      self._observation = observe(raw, update=True)
     self._starts = np.ones(num_envs, bool)
     self._returns = np.zeros(num_envs, np.float64)
     self._lengths = np.zeros(num_envs, np.int64)
@@ -90,7 +105,8 @@ class VectorRollouts:
     """One rollout; returns it with the returns and lengths of the
     episodes that finished in it."""
     t_steps, n = self.rollout_steps, self.num_envs
-    observation = np.zeros((t_steps,) + self._observation.shape, np.float32)
+    observation = np.zeros((t_steps,) + self._observation.shape,
+                           self._observation.dtype)
     final_observation = np.zeros_like(observation)
     actions, log_probs = [], []
     rewards = np.zeros((t_steps, n), np.float32)
@@ -112,15 +128,15 @@ class VectorRollouts:
       rewards[t] = self._scale_reward(np.asarray(reward, np.float64), ended)
       terminated[t], truncated[t] = term, trunc
       for i in np.flatnonzero(trunc):
-        final_observation[t, i] = self._observe(
-            infos['final_obs'][i][None], update=False)[0]
+        final_observation[t, i] = self._final_observation(
+            i, infos['final_obs'][i])
       self._returns += reward
       self._lengths += 1
       for i in np.flatnonzero(ended):
         returns.append(float(self._returns[i]))
         lengths.append(int(self._lengths[i]))
       self._returns[ended], self._lengths[ended] = 0.0, 0
-      self._observation = self._observe(raw, update=True)
+      self._observation = self._next_observation(raw, ended)
       self._starts = ended
     self.env_steps += t_steps * n
     rollout = {
@@ -132,6 +148,21 @@ class VectorRollouts:
         'next_observation': self._observation.copy(),
     }
     return rollout, returns, lengths
+
+  def _final_observation(self, i: int, frame: np.ndarray) -> np.ndarray:
+    """What the policy would have seen after copy i's truncated step."""
+    if self._stacker is None:
+      return self._observe(frame[None], update=False)[0]
+    return self._stacker.peek(i, frame)
+
+  def _next_observation(self, raw: np.ndarray, ended: np.ndarray
+                        ) -> np.ndarray:
+    if self._stacker is None:
+      return self._observe(raw, update=True)
+    self._stacker.push(raw)
+    for i in np.flatnonzero(ended):  # raw[i] starts copy i's next episode.
+      self._stacker.start(i, raw[i])
+    return self._stacker.stacks()
 
   def close(self) -> None:
     self._envs.close()

@@ -101,17 +101,18 @@ class ActorCritic(_Heads):
   def log_prob_and_entropy(self, observations: tf.Tensor, actions: tf.Tensor
                            ) -> tuple[tf.Tensor, tf.Tensor]:
     """log pi(a|s) [B] and the policy's entropy [B]."""
-    return _policy_terms(self.actor(observations), actions, self.log_std)
+    return policy_terms(self.actor(observations), actions, self.log_std)
 
   @property
   def trainable_weights(self) -> list[tf.Variable]:
     return _heads_weights(self)
 
 
-def _policy_terms(out: tf.Tensor, actions: tf.Tensor,
-                  log_std: tf.Variable | None) -> tuple[tf.Tensor, tf.Tensor]:
+def policy_terms(out: tf.Tensor, actions: tf.Tensor,
+                 log_std: tf.Tensor | None) -> tuple[tf.Tensor, tf.Tensor]:
   """log-probabilities of `actions` and entropies under the head's output
-  (logits where `log_std` is None, else the Gaussian mean)."""
+  (logits where `log_std` is None, else the Gaussian mean; its log std [d]
+  or one per sample [B, d])."""
   if log_std is None:
     log_probs = tf.nn.log_softmax(out)
     taken = tf.gather(log_probs, tf.cast(actions, tf.int32), batch_dims=1)
@@ -120,8 +121,8 @@ def _policy_terms(out: tf.Tensor, actions: tf.Tensor,
   z = (tf.cast(actions, tf.float32) - out) * tf.exp(-log_std)
   log_prob = tf.reduce_sum(-0.5 * tf.square(z) - _LOG_SQRT_2PI - log_std,
                            axis=-1)
-  entropy = tf.reduce_sum(log_std + 0.5 + _LOG_SQRT_2PI) * tf.ones_like(
-      log_prob)
+  entropy = tf.reduce_sum(log_std + 0.5 + _LOG_SQRT_2PI, axis=-1
+                          ) * tf.ones_like(log_prob)
   return log_prob, entropy
 
 
@@ -185,7 +186,7 @@ class RecurrentActorCritic(_Heads):
 
   def log_prob_and_entropy_of(self, features: tf.Tensor, actions: tf.Tensor
                               ) -> tuple[tf.Tensor, tf.Tensor]:
-    return _policy_terms(self.actor(features), actions, self.log_std)
+    return policy_terms(self.actor(features), actions, self.log_std)
 
   def value_of(self, features: tf.Tensor) -> tf.Tensor:
     return self.critic(features)[:, 0]
@@ -233,12 +234,16 @@ class CnnActorCritic(_Heads):
 
   def log_prob_and_entropy(self, observations: tf.Tensor, actions: tf.Tensor
                            ) -> tuple[tf.Tensor, tf.Tensor]:
-    return _policy_terms(self.actor(self.trunk(observations)), actions,
+    return policy_terms(self.actor(self.trunk(observations)), actions,
                          self.log_std)
 
   @property
   def trainable_weights(self) -> list[tf.Variable]:
     return _heads_weights(self, self.trunk.trainable_weights)
+
+
+# Every on-policy model kind.
+MODELS = (ActorCritic, RecurrentActorCritic, CnnActorCritic)
 
 
 def _dense_weights(model: tf.keras.Sequential

@@ -105,6 +105,9 @@ class AgentRecord:
   minibatch_epochs: bool = False
   """Several epochs of clipped minibatch updates per rollout (PPO): the
   epochs, minibatches and clipping settings apply to it."""
+  kfac_step: bool = False
+  """Steps with K-FAC's natural gradient (ACKTR): the kfac settings apply
+  to it."""
 
   def run_defaults_for(self, discrete: bool = False) -> dict[str, Any]:
     """{run config field path: value} of this agent's own defaults."""
@@ -220,6 +223,13 @@ _RECORDS = (
         'a2c', (ONPOLICY,), Published(
             'the seed A2C/PPO codebase (A2C, Mnih et al. 2016)'),
         actions=BOTH, run_defaults=(('checkpoint_interval', 50_000),),
+        discrete_run_defaults=(('env_steps', 500_000),)),
+    AgentRecord(
+        'acktr', (ONPOLICY,), Published(
+            'the seed A2C/PPO codebase and OpenAI baselines (ACKTR, Wu et '
+            'al. 2017)'),
+        actions=BOTH, kfac_step=True,
+        run_defaults=(('checkpoint_interval', 50_000),),
         discrete_run_defaults=(('env_steps', 500_000),)),
 )
 RECORDS: dict[str, AgentRecord] = {r.name: r for r in _RECORDS}

@@ -274,12 +274,16 @@ class OnPolicyConfig(RunConfig, ActorsConfig):
   """GAIL: discriminator epochs per update during the warm-up."""
 
 
+# On-policy runs in image envs (Atari): the seed codebase's budget scale.
+ONPOLICY_IMAGE_DEFAULTS = {'env_steps': 10_000_000, 'eval_interval': 100_000,
+                           'checkpoint_interval': 100_000}
+
 MODES = {registry.OFFLINE: OfflineConfig, registry.ONLINE: OnlineConfig,
          registry.ONPOLICY: OnPolicyConfig}
 
 
 def defaults(cls: type, agent: str, *, discrete: bool = False,
-             her_run: bool = False) -> dict[str, Any]:
+             her_run: bool = False, image: bool = False) -> dict[str, Any]:
   """{path: value} where this agent's runs of `cls` start from other values
   than the fields' own: the registry record's, online HER's, on-policy's
   per-env-kind settings."""
@@ -288,8 +292,10 @@ def defaults(cls: type, agent: str, *, discrete: bool = False,
     found.update(ONLINE_HER_DEFAULTS)
   found.update(registry.get(agent).run_defaults_for(discrete))
   if cls is OnPolicyConfig:
+    if image:
+      found.update(ONPOLICY_IMAGE_DEFAULTS)
     found.update({f'ppo_config.{name}': value for name, value in
-                  ppo.env_defaults(agent, discrete).items()})
+                  ppo.env_defaults(agent, discrete, image).items()})
   return found
 
 
@@ -329,11 +335,15 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
   set. `discrete` (on-policy defaults): None reads the env's action
   space."""
   her_run = 'her_config.strategy' in given
+  image = False
   if discrete is None:  # On-policy defaults follow the env's actions.
-    discrete = cls is OnPolicyConfig and envs.env_specs(
-        settings.build(cls, {**settings.top(given), 'agent': agent}).env
-    ).discrete
-  preset = defaults(cls, agent, discrete=discrete, her_run=her_run)
+    discrete = False
+    if cls is OnPolicyConfig:
+      top = settings.build(cls, {**settings.top(given), 'agent': agent})
+      specs = envs.env_specs(top.env, frame_stack=top.frame_stack)
+      discrete, image = specs.discrete, specs.image
+  preset = defaults(cls, agent, discrete=discrete, her_run=her_run,
+                    image=image)
   config = settings.build(cls, {**settings.top(given), 'agent': agent},
                           settings.top(preset))
   nested = {}

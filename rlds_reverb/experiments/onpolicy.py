@@ -64,26 +64,43 @@ def agent_settings(config: OnPolicyConfig, specs: envs.EnvSpecs
   """The run's agent settings: the given ones, or the env kind's defaults."""
   if config.ppo_config is not None:
     return config.ppo_config
-  return ppo.defaults_for(config.agent, specs.discrete)
+  return ppo.defaults_for(config.agent, specs.discrete, image=specs.image)
 
 
-def check_env(specs: envs.EnvSpecs) -> None:
-  """Raises ValueError for an env the on-policy agents cannot act in."""
+def check_env(specs: envs.EnvSpecs,
+              agent_config: ppo.PpoConfig | None = None) -> None:
+  """Raises ValueError for an env the on-policy agents cannot act in (with
+  these settings)."""
   if specs.goal_conditioned:
     raise ValueError(f'on-policy agents take flat observations; '
                      f'{specs.env_id} has goal dicts')
+  if specs.image:
+    if agent_config is not None and agent_config.recurrent:
+      raise ValueError(f'{specs.env_id} has image observations: the '
+                       'recurrent policy takes vectors (the CNN policy is '
+                       'feed-forward)')
+    if agent_config is not None and agent_config.observation_clip > 0:
+      raise ValueError(f'{specs.env_id} has image observations, which the '
+                       'network scales: observation normalisation is for '
+                       'vectors (pass --observation_clip 0)')
+    return
   if len(specs.observation_shape) != 1:
-    raise ValueError(f'on-policy agents take flat observations; '
-                     f'{specs.env_id} has shape {specs.observation_shape}')
+    raise ValueError(f'on-policy agents take flat observations or image '
+                     f'frames; {specs.env_id} has shape '
+                     f'{specs.observation_shape}')
 
 
 def make_model(specs: envs.EnvSpecs, agent_config: ppo.PpoConfig) -> Any:
-  """An `ActorCritic`, or a `RecurrentActorCritic` with `recurrent`."""
-  check_env(specs)
+  """An `ActorCritic`, a `RecurrentActorCritic` with `recurrent`, or a
+  `CnnActorCritic` on an image env's frame stacks."""
+  check_env(specs, agent_config)
   actions = (
       {'num_actions': int(specs.action_high) - int(specs.action_low) + 1}
       if specs.discrete else
       {'action_size': int(np.prod(specs.action_spec.shape))})
+  if specs.image:
+    return actor_critic.CnnActorCritic(
+        specs.time_step_spec.observation.shape, **actions)
   if agent_config.recurrent:
     return actor_critic.RecurrentActorCritic(
         specs.observation_shape[0], hidden=agent_config.hidden,
@@ -412,12 +429,15 @@ def make_actor_tables(*, max_rollouts: int = 64) -> list[Any]:
 
 def make_actor(agent: str, config: rollout_actor.RolloutActorConfig,
                client: Any) -> rollout_actor.RolloutActor:
-  """An actor process (pipelines.act --agent ppo/a2c) for the learner that
-  `OnPolicyBuilder` makes with num_actors 0: its statistics are the
+  """An actor process (pipelines.act --agent ppo/a2c/acktr) for the learner
+  that `OnPolicyBuilder` makes with num_actors 0: its statistics are the
   learner's `Normalization` for the published settings."""
   registry.get(agent).check_mode(registry.ONPOLICY)
   specs = envs.env_specs(config.env)
   check_env(specs)
+  if specs.image:
+    raise ValueError(f'{config.env}: on-policy actor processes do not run '
+                     'image envs yet; train with num_actors 1')
 
   def make_statistics(info):
     return normalization.Normalization(
@@ -468,13 +488,14 @@ class OnPolicyBuilder:
   def check(self, specs: envs.EnvSpecs) -> OnPolicyConfig:
     config = self.config
     check(config)
-    check_env(specs)
     self._specs = specs
     self._agent_config = agent_settings(config, specs)
+    check_env(specs, self._agent_config)
     if self.remote_actors:
       not_remote = [what for what, on in (
           ('a recurrent policy', self._agent_config.recurrent),
-          ('GAIL', bool(config.gail_dataset))) if on]
+          ('GAIL', bool(config.gail_dataset)),
+          ('image envs', specs.image)) if on]
       if not config.reverb_address:
         raise ValueError('num_actors 0 learns from actor processes: give '
                          'the reverb_address of their server '
@@ -513,7 +534,7 @@ class OnPolicyBuilder:
         observation_clip=agent_config.observation_clip,
         reward_clip=agent_config.reward_clip)
     self._updater = ppo.Updater(model, agent_config)
-    self._updater.optimizer.build(model.trainable_weights)
+    self._updater.build()
     self._imitation = None if self._demonstrations is None else GailRewards(
         *self._demonstrations, self._norm, config, agent_config, self._specs)
     extra_state = ({} if self._imitation is None
@@ -549,14 +570,17 @@ class OnPolicyBuilder:
           config.env, num_envs=agent_config.num_envs,
           rollout_steps=agent_config.rollout_steps,
           seed=config.seed * 1_000_003 + start,
-          observe=norm.observation, scale_reward=norm.reward)
+          observe=norm.observation, scale_reward=norm.reward,
+          frame_stack=self._specs.frame_stack)
 
     def statistics():
       stats = norm.statistics()
       return None if stats is None else (*stats, norm.observation_clip)
 
+    # Image frame stacks go to the network as they are (uint8).
+    view = None if self._specs.image else norm.observation
     this_run = run.Run(learner, config.agent, self._specs, config.root_dir,
-                       write_back=write_back, view=norm.observation,
+                       write_back=write_back, view=view,
                        export_statistics=statistics, seed=config.seed)
     run_dir.start()
     rng = np.random.default_rng(config.seed * 1_000_003 + start)

@@ -201,8 +201,7 @@ def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
                   **metadata: Any) -> numpy_policy.NumpyPolicy:
   """The agent's greedy actor as a numpy policy (no TensorFlow to act)."""
   metadata = {'env': specs.env_id, 'agent': kind, **metadata}
-  if isinstance(agent, (actor_critic.ActorCritic,  # ppo, a2c
-                        actor_critic.RecurrentActorCritic)):
+  if isinstance(agent, actor_critic.MODELS):  # ppo, a2c, acktr
     return actor_critic.export(agent, specs.action_low, specs.action_high,
                                metadata)
   head = registry.get(kind).head
@@ -216,8 +215,7 @@ def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
 def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
                 kind: str) -> None:
   """Copies the learner's current weights into the actor's numpy policy."""
-  if isinstance(agent, (actor_critic.ActorCritic,
-                        actor_critic.RecurrentActorCritic)):
+  if isinstance(agent, actor_critic.MODELS):
     actor_critic.update_weights(policy, agent)
   elif registry.get(kind).head == 'q_argmax':
     policy.kernels, policy.biases = dqn.q_layers(agent._q_network)  # pylint: disable=protected-access

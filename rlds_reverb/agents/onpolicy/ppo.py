@@ -14,6 +14,8 @@ bootstrap, truncations bootstrap on the real final observation), and one
   A2C  one step on the whole rollout: -log pi(a|s) A + (V - R)^2 and the
        entropy term, RMSprop (the A2C paper's optimiser), n-step returns
        (lambda 1).
+  ACKTR  A2C's loss and rollout, its step the K-FAC natural gradient in a
+       trust region (`kfac`), no gradient clipping (as the seed codebase).
 
 The learning rate falls linearly to 0 over the run (the seed codebase's
 --use-linear-lr-decay); RL Zoo's CartPole setting decays PPO's clip range
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import gin
 import numpy as np
@@ -32,8 +34,9 @@ import tensorflow as tf
 
 from rlds_reverb import settings
 from rlds_reverb.agents import actor_critic
+from rlds_reverb.agents.onpolicy import kfac
 
-ALGORITHMS = ('ppo', 'a2c')
+ALGORITHMS = ('ppo', 'a2c', 'acktr')
 # What an update reports (means over its gradient steps).
 _STATS = ('loss', 'policy_loss', 'value_loss', 'entropy', 'approx_kl',
           'clip_fraction', 'grad_norm')
@@ -48,8 +51,8 @@ class PpoConfig:
   the same name override.
   """
   algorithm: str = settings.setting('ppo', flag=settings.NO_FLAG)
-  """ppo (clipped surrogate, epochs x minibatches) or a2c (one step per
-  rollout, RMSprop)."""
+  """ppo (clipped surrogate, epochs x minibatches), a2c (one step per
+  rollout, RMSprop) or acktr (one K-FAC step per rollout)."""
   num_envs: int = settings.setting(1, lower=1)
   """Env copies stepped together; a rollout is num_envs x rollout_steps."""
   rollout_steps: int = settings.setting(2048, lower=1)
@@ -59,7 +62,8 @@ class PpoConfig:
   gae_lambda: float = settings.setting(0.95, lower=0, upper=1)
   """GAE's lambda (1: n-step returns)."""
   learning_rate: float = settings.setting(3e-4, lower=0)
-  """Adam's (PPO) or RMSprop's (A2C) learning rate at the start."""
+  """Adam's (PPO), RMSprop's (A2C) or K-FAC's (ACKTR) learning rate at the
+  start."""
   lr_decay: bool = True
   """The learning rate falls linearly to 0 over the run."""
   clip_decay: bool = False
@@ -104,6 +108,17 @@ class PpoConfig:
   """A2C: RMSprop's decay."""
   optimizer_epsilon: float = 1e-5
   """Epsilon of Adam / RMSprop."""
+  kfac_momentum: float = settings.setting(0.9, lower=0, upper=0.999)
+  """ACKTR: momentum of the natural-gradient steps."""
+  kfac_stat_decay: float = settings.setting(0.99, lower=0, upper=0.999)
+  """ACKTR: decay of the running Kronecker factors."""
+  kfac_kl_clip: float = settings.setting(0.001, lower=0)
+  """ACKTR: the trust region, the largest KL a step is predicted to move
+  the policy by."""
+  kfac_damping: float = settings.setting(0.01, lower=0)
+  """ACKTR: added to the factors' eigenvalue products (Tikhonov)."""
+  kfac_inverse_interval: int = settings.setting(10, lower=1)
+  """ACKTR: steps between eigendecompositions of the factors."""
 
   @property
   def rollout_size(self) -> int:
@@ -112,6 +127,9 @@ class PpoConfig:
 
 # The fields only PPO reads (A2C takes one unclipped step per rollout).
 PPO_ONLY = ('epochs', 'minibatches', 'clip_ratio', 'clip_value', 'clip_decay')
+# The fields only ACKTR reads.
+KFAC_ONLY = ('kfac_momentum', 'kfac_stat_decay', 'kfac_kl_clip',
+             'kfac_damping', 'kfac_inverse_interval')
 
 # Settings from RL Zoo's tuned hyper-parameters (PPO and A2C on CartPole-v1,
 # PPO on MuJoCo), used where the user sets nothing; keyed by (algorithm,
@@ -130,15 +148,46 @@ _DEFAULTS = {
                         learning_rate=7e-4, lr_decay=False, epochs=1,
                         minibatches=1, normalize_advantages=False,
                         observation_clip=0.0, reward_clip=0.0),
+    # ACKTR: OpenAI baselines' and the seed's K-FAC (lr 0.25, 20-step
+    # rollouts, entropy 0.01), on A2C's env copies.
+    ('acktr', False): dict(num_envs=4, rollout_steps=20, gae_lambda=1.0,
+                           learning_rate=0.25, lr_decay=False, epochs=1,
+                           minibatches=1, normalize_advantages=False),
+    ('acktr', True): dict(num_envs=8, rollout_steps=20, gae_lambda=1.0,
+                          learning_rate=0.25, lr_decay=False, epochs=1,
+                          minibatches=1, normalize_advantages=False,
+                          entropy_coef=0.01, observation_clip=0.0,
+                          reward_clip=0.0),
 }
 
 
-def env_defaults(algorithm: str, discrete: bool) -> dict:
+# Image observations (Atari: discrete actions): the seed codebase's
+# README commands for PongNoFrameskip-v4. Frames are scaled in the network,
+# never normalised; rewards keep their scale (Pong's are +-1 already).
+_IMAGE_DEFAULTS = {
+    'ppo': dict(num_envs=8, rollout_steps=128, learning_rate=2.5e-4,
+                clip_ratio=0.1, clip_value=True, epochs=4, minibatches=4,
+                entropy_coef=0.01, observation_clip=0.0, reward_clip=0.0),
+    'a2c': dict(num_envs=16, rollout_steps=5, gae_lambda=1.0,
+                learning_rate=7e-4, lr_decay=False, epochs=1, minibatches=1,
+                normalize_advantages=False, entropy_coef=0.01,
+                observation_clip=0.0, reward_clip=0.0),
+    'acktr': dict(num_envs=32, rollout_steps=20, gae_lambda=1.0,
+                  learning_rate=0.25, lr_decay=False, epochs=1,
+                  minibatches=1, normalize_advantages=False,
+                  entropy_coef=0.01, observation_clip=0.0, reward_clip=0.0),
+}
+
+
+def env_defaults(algorithm: str, discrete: bool, image: bool = False
+                 ) -> dict:
   """The fields whose default depends on the algorithm and the env's kind
-  of actions."""
+  of actions and observations."""
   if algorithm not in ALGORITHMS:
     raise ValueError(f'algorithm must be one of {", ".join(ALGORITHMS)}, '
                      f'got {algorithm!r}')
+  if image:
+    return dict(_IMAGE_DEFAULTS[algorithm])
   return dict(_DEFAULTS[(algorithm, discrete)])
 
 
@@ -150,11 +199,13 @@ def sequence_minibatches(values: dict) -> int:
   return math.gcd(minibatches, num_envs)
 
 
-def defaults_for(algorithm: str, discrete: bool, **overrides) -> PpoConfig:
+def defaults_for(algorithm: str, discrete: bool, image: bool = False,
+                 **overrides) -> PpoConfig:
   """The config of `algorithm` for an env with discrete or continuous
-  actions, with `overrides` (the fields a user set) on top; a recurrent
-  config's minibatches, unless set, divide num_envs."""
-  values = {**env_defaults(algorithm, discrete), **overrides}
+  actions (and image observations), with `overrides` (the fields a user
+  set) on top; a recurrent config's minibatches, unless set, divide
+  num_envs."""
+  values = {**env_defaults(algorithm, discrete, image), **overrides}
   if values.get('recurrent') and 'minibatches' not in overrides:
     values['minibatches'] = sequence_minibatches(values)
   config = PpoConfig(algorithm=algorithm, **values)
@@ -175,6 +226,14 @@ def check(config: PpoConfig) -> None:
     raise ValueError(f'a recurrent policy learns from whole sequences: '
                      f'minibatches ({config.minibatches}) must divide '
                      f'num_envs ({config.num_envs})')
+  if config.algorithm == 'acktr' and config.recurrent:
+    raise ValueError('acktr takes feed-forward policies: K-FAC here has '
+                     'no factors for the GRU (recurrent)')
+  if config.algorithm == 'acktr' and (config.epochs, config.minibatches) != (
+      1, 1):
+    raise ValueError(f'acktr takes one step per rollout: epochs and '
+                     f'minibatches must be 1, got {config.epochs} and '
+                     f'{config.minibatches}')
   if config.recurrent_size < 1:
     raise ValueError(f'recurrent_size must be >= 1, got '
                      f'{config.recurrent_size}')
@@ -198,7 +257,14 @@ def check(config: PpoConfig) -> None:
                      f'{config.hidden!r}')
 
 
-def make_optimizer(config: PpoConfig) -> tf.keras.optimizers.Optimizer:
+def make_optimizer(config: PpoConfig) -> Any:
+  """Adam (PPO), RMSprop (A2C) or a `kfac.KfacOptimizer` (ACKTR)."""
+  if config.algorithm == 'acktr':
+    return kfac.KfacOptimizer(
+        config.learning_rate, momentum=config.kfac_momentum,
+        stat_decay=config.kfac_stat_decay, kl_clip=config.kfac_kl_clip,
+        damping=config.kfac_damping,
+        inverse_interval=config.kfac_inverse_interval)
   if config.algorithm == 'a2c':
     return tf.keras.optimizers.RMSprop(
         config.learning_rate, rho=config.rmsprop_alpha,
@@ -220,7 +286,21 @@ class Updater:
   def __init__(self, model: actor_critic.ActorCritic, config: PpoConfig):
     self.model, self.config = model, config
     self.optimizer = make_optimizer(config)
-    self._update = tf.function(self._update_fn)
+    self._update = tf.function(self._kfac_update_fn if config.algorithm ==
+                               'acktr' else self._update_fn)
+
+  def build(self) -> None:
+    """Makes the optimizer's variables (before a checkpoint restores
+    them)."""
+    if self.config.algorithm != 'acktr':
+      self.optimizer.build(self.model.trainable_weights)
+      return
+    shape = getattr(self.model, 'observation_shape', None)
+    dummy = (tf.zeros((1,) + shape, tf.uint8) if shape is not None else
+             tf.zeros([1, self.model.observation_size]))
+    captures = kfac.forward(self.model, dummy)[3]
+    kfac.check_covers(captures, self.model.trainable_weights)
+    self.optimizer.build(captures)
 
   def __call__(self, batch: dict[str, np.ndarray], progress_left: float,
                seed: int) -> dict[str, float]:
@@ -257,15 +337,17 @@ class Updater:
     log_prob, entropy = model.log_prob_and_entropy_of(features, action)
     return log_prob, entropy, model.value_of(features)
 
-  def _losses(self, batch, clip):
-    config, model = self.config, self.model
-    log_prob, entropy, value = self._evaluate(batch)
+  def _losses(self, batch, clip, evaluated=None):
+    """The loss and its statistics; `evaluated` (log pi, entropy, V) when
+    the caller ran the model itself."""
+    config = self.config
+    log_prob, entropy, value = evaluated or self._evaluate(batch)
     batch = {key: tf.reshape(batch[key], [-1])
              for key in ('advantage', 'log_prob', 'return', 'value')}
     advantage = batch['advantage']
     log_ratio = log_prob - batch['log_prob']
     ratio = tf.exp(log_ratio)
-    if config.algorithm == 'a2c':
+    if config.algorithm in ('a2c', 'acktr'):
       policy_loss = -tf.reduce_mean(log_prob * advantage)
     else:
       policy_loss = -tf.reduce_mean(tf.minimum(
@@ -320,6 +402,34 @@ class Updater:
         totals = {key: totals[key] + stats[key] for key in _STATS}
     steps = float(config.epochs * config.minibatches)
     return {key: total / steps for key, total in totals.items()}
+
+  def _kfac_update_fn(self, batch, clip, seed):
+    """ACKTR's step: A2C's loss, K-FAC's factors from the sampled Fisher
+    loss -log pi(a|s) - (V - stop(V + noise))^2 (the actions are the
+    rollout's, drawn from this policy), the natural gradient in its
+    trust region."""
+    model = self.model
+    losses = tf.autograph.experimental.do_not_convert(self._losses)
+    size = tf.shape(batch['advantage'])[0]
+    with tf.GradientTape(persistent=True) as tape:
+      out, value, log_std, captures = kfac.forward(
+          model, batch['observation'], tape)
+      log_prob, entropy = actor_critic.policy_terms(out, batch['action'],
+                                                    log_std)
+      loss, stats = losses(batch, clip, (log_prob, entropy, value))
+      noise = tf.random.stateless_normal(tf.shape(value),
+                                         tf.stack([seed, seed]))
+      fisher_loss = -tf.reduce_mean(log_prob) - tf.reduce_mean(
+          tf.square(value - tf.stop_gradient(value + noise)))
+    grads = tape.gradient(loss, kfac.variables_of(captures))
+    output_grads = tape.gradient(fisher_loss, [c.output for c in captures])
+    del tape
+    step_stats = self.optimizer.apply(captures, kfac.group(grads, captures),
+                                      output_grads, size)
+    model.train_step_counter.assign_add(1)
+    stats['grad_norm'] = tf.linalg.global_norm(grads)
+    return {**{key: stats[key] for key in _STATS},
+            'kfac_nu': step_stats['kfac_nu']}
 
 
 def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
