@@ -15,18 +15,27 @@ frames, int64 actions, `--episode_steps` steps each, random frames).
                                  holding the stacks SB3's VecFrameStack
                                  gives it ([84, 84, 4] per step)
   sb3_stacked_transitions_per_s  its sample(batch_size), as torch tensors
-  ppo_env_steps_per_s            PPO on Pong with 8 env copies: null until
-                                 PPO takes image observations
+  ppo_env_steps_per_s            PPO on ALE/Pong-v5 (`pipelines.train
+                                 --agent ppo`'s Atari settings: 8 env
+                                 copies x 128 steps, 4 epochs x 4
+                                 minibatches, Nature CNN): env steps per
+                                 second of collecting and updating,
+                                 rollouts after the first (tracing)
+  sb3_ppo_env_steps_per_s        SB3's PPO('CnnPolicy') with the same
+                                 settings on make_atari_env (frame skip 4
+                                 by its wrapper, the env's own off) +
+                                 VecFrameStack(4)
 
 Goals (issue 46): bytes_per_transition <= 1.1 x (one frame + the scalars);
-stacked_transitions_per_s >= 100k and >= 1x SB3's. Each rate is the median
+stacked_transitions_per_s >= 100k and >= 1x SB3's; ppo_env_steps_per_s
+>= 1x SB3's (each side has the whole machine in turn). Each rate is the median
 of --rounds timed runs of --seconds; ours and SB3's alternate round by
 round (SB3 in its own interpreter, `--sb3_python`, see
 ../shared/peers.md), so load from the rest of the machine falls on both.
 Prints one JSON line.
 
   python bench/pixels.py [--transitions 50000] [--batch_size 32]
-                         [--sb3_python PEER/bin/python]
+                         [--ppo_rollouts 4] [--sb3_python PEER/bin/python]
 """
 
 import argparse
@@ -36,6 +45,7 @@ import os
 import platform
 import statistics
 import subprocess
+import tempfile
 import textwrap
 import time
 
@@ -86,6 +96,52 @@ _SB3 = textwrap.dedent('''
 ''')
 
 
+# Runs in the peer interpreter: SB3's PPO on Pong with the settings of
+# ours; prints the perf_counter time at the end of each rollout's
+# collection (one rollout's update and the next's collection apart).
+_SB3_PPO = textwrap.dedent('''
+    import sys, time, json
+    import ale_py, gymnasium as gym
+    gym.register_envs(ale_py)
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+    rollouts = int(sys.argv[1])
+    env = VecFrameStack(make_atari_env('ALE/Pong-v5', n_envs=8, seed=0,
+                                       env_kwargs={'frameskip': 1}), 4)
+    times = []
+    class Clock(BaseCallback):
+        def _on_step(self):
+            return True
+        def _on_rollout_end(self):
+            times.append(time.perf_counter())
+    model = PPO('CnnPolicy', env, n_steps=128, n_epochs=4, batch_size=256,
+                learning_rate=2.5e-4, clip_range=0.1, ent_coef=0.01,
+                vf_coef=0.5, seed=0, device='cpu', verbose=0)
+    model.learn(total_timesteps=1024 * (rollouts + 1), callback=Clock())
+    print(json.dumps({'times': times}), flush=True)
+''')
+
+
+def time_ppo(rollouts: int, root_dir: str) -> float:
+  """Env steps/s of our PPO on Pong over `rollouts` rollouts after the
+  first: collection, the Reverb queue and the update, each rollout."""
+  from rlds_reverb.agents.onpolicy import ppo  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import onpolicy  # pylint: disable=g-import-not-at-top
+  agent_config = ppo.defaults_for('ppo', True, image=True)
+  size = agent_config.rollout_size
+  steps = size * (rollouts + 1)
+  times = []
+  onpolicy.train_onpolicy(onpolicy.OnPolicyConfig(
+      env='ALE/Pong-v5', agent='ppo', root_dir=root_dir, env_steps=steps,
+      eval_interval=steps, eval_episodes=1, checkpoint_interval=steps,
+      ppo_config=agent_config), show_progress=False,
+                          on_update=lambda _: times.append(
+                              time.perf_counter()))
+  return size * (len(times) - 1) / (times[-1] - times[0])
+
+
 def episode_spec() -> trajectory.Trajectory:
   scalar = lambda dtype: tf.TensorSpec([], dtype)
   return trajectory.Trajectory(
@@ -133,6 +189,9 @@ def main() -> None:
   parser.add_argument('--batch_size', type=int, default=32)
   parser.add_argument('--rounds', type=int, default=5)
   parser.add_argument('--seconds', type=float, default=2.0)
+  parser.add_argument('--ppo_rollouts', type=int, default=4,
+                      help='Timed PPO rollouts on Pong (of 1,024 env '
+                           'steps) after the first; 0: no PPO figures.')
   parser.add_argument('--sb3_python', default='',
                       help='Interpreter with stable-baselines3 (the peer '
                            'venv of ../shared/peers.md); empty: ours only.')
@@ -168,6 +227,17 @@ def main() -> None:
     sb3.stdin.close()
     sb3.wait(timeout=60)
 
+  ppo_rate = sb3_ppo_rate = None
+  if args.ppo_rollouts:
+    with tempfile.TemporaryDirectory() as root_dir:
+      ppo_rate = time_ppo(args.ppo_rollouts, root_dir)
+    if args.sb3_python:
+      done = subprocess.run(
+          [args.sb3_python, '-c', _SB3_PPO, str(args.ppo_rollouts)],
+          capture_output=True, text=True, check=True, timeout=3600)
+      times = json.loads(done.stdout.strip().splitlines()[-1])['times']
+      sb3_ppo_rate = 1024 * (len(times) - 1) / (times[-1] - times[0])
+
   frame_bytes = int(np.prod(FRAME))
   result = {
       'bench': 'pixels', 'transitions': transitions,
@@ -180,8 +250,10 @@ def main() -> None:
                                    else None),
       'sb3_stacked_transitions_per_s': (round(statistics.median(theirs))
                                         if theirs else None),
-      'ppo_env_steps_per_s': None,
-      'ppo_note': 'PPO takes no image observations yet',
+      'ppo_rollouts': args.ppo_rollouts,
+      'ppo_env_steps_per_s': (round(ppo_rate, 1) if ppo_rate else None),
+      'sb3_ppo_env_steps_per_s': (round(sb3_ppo_rate, 1) if sb3_ppo_rate
+                                  else None),
       'machine': f'{os.cpu_count()} cores, {platform.machine()}, no GPU',
       'date': datetime.date.today().isoformat()}
   result['bytes_goal_met'] = result['bytes_per_transition'] <= result[
@@ -189,6 +261,8 @@ def main() -> None:
   if theirs:
     result['ours_vs_sb3'] = round(result['stacked_transitions_per_s'] /
                                   result['sb3_stacked_transitions_per_s'], 2)
+  if ppo_rate and sb3_ppo_rate:
+    result['ppo_ours_vs_sb3'] = round(ppo_rate / sb3_ppo_rate, 2)
   print(json.dumps(result))
 
 
