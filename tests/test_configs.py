@@ -21,6 +21,7 @@ from rlds_reverb.experiments import offline
 from rlds_reverb.experiments import online
 from rlds_reverb.agents.offline import rebrac
 from rlds_reverb.agents.offline import sac_n
+from rlds_reverb.agents.onpolicy import ppo
 
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[1] / 'configs')
                  .glob('*.gin'))
@@ -38,6 +39,7 @@ _BUILD = {
     'RebracConfig': rebrac.RebracConfig,
     'SacNConfig': sac_n.SacNConfig,
     'CalQlConfig': cal_ql.CalQlConfig,
+    'PpoConfig': ppo.PpoConfig,
 }
 
 

@@ -266,3 +266,24 @@ def test_bad_configs_are_refused(tmp_path):
     onpolicy.check(onpolicy.OnPolicyConfig(
         env='CartPole-v1', root_dir='r', agent='a2c',
         ppo_config=ppo.PpoConfig(algorithm='ppo')))
+
+
+def test_mlp_settings_build_the_model_and_its_export_acts_like_it():
+  """RL Zoo's HalfCheetah settings: ReLU, no orthogonal init, log std -2."""
+  specs = envs.env_specs('HalfCheetah-v5')
+  config = ppo.defaults_for('ppo', False, activation='relu',
+                            orthogonal_init=False, initial_log_std=-2.0,
+                            hidden=(8, 8))
+  model = onpolicy.make_model(specs, config)
+  assert model.actor.layers[0].activation is tf.keras.activations.relu
+  np.testing.assert_array_equal(model.log_std.numpy(), np.full(6, -2.0))
+  policy = actor_critic.export(model, specs.action_low, specs.action_high)
+  assert policy.activation == 'relu'
+  observations = np.random.default_rng(0).normal(
+      size=(5, specs.observation_shape[0])).astype(np.float32)
+  np.testing.assert_allclose(
+      policy.greedy(observations),
+      np.clip(model.actor(observations).numpy(), -1.0, 1.0), rtol=1e-5,
+      atol=1e-5)
+  with pytest.raises(ValueError, match="recurrent policy's layers are tanh"):
+    ppo.defaults_for('ppo', False, recurrent=True, activation='relu')

@@ -29,14 +29,20 @@ from rlds_reverb.agents import image_networks
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def _mlp(sizes: Sequence[int], out: int, out_gain: float,
-         name: str) -> tf.keras.Sequential:
-  layers = [tf.keras.layers.Dense(
-      size, activation='tanh',
-      kernel_initializer=tf.keras.initializers.Orthogonal(math.sqrt(2.0)))
+ACTIVATIONS = ('tanh', 'relu')
+
+
+def _mlp(sizes: Sequence[int], out: int, out_gain: float, name: str, *,
+         activation: str = 'tanh', orthogonal: bool = True
+         ) -> tf.keras.Sequential:
+  """Hidden layers of `activation`, orthogonally initialised (gain sqrt 2,
+  `out_gain` on the output) or with Keras' default (Glorot uniform)."""
+  init = ((lambda gain: tf.keras.initializers.Orthogonal(gain)) if orthogonal
+          else (lambda gain: 'glorot_uniform'))
+  layers = [tf.keras.layers.Dense(size, activation=activation,
+                                  kernel_initializer=init(math.sqrt(2.0)))
             for size in sizes]
-  layers.append(tf.keras.layers.Dense(
-      out, kernel_initializer=tf.keras.initializers.Orthogonal(out_gain)))
+  layers.append(tf.keras.layers.Dense(out, kernel_initializer=init(out_gain)))
   return tf.keras.Sequential(layers, name=name)
 
 
@@ -55,21 +61,29 @@ class _Heads(tf.Module):
 
   def __init__(self, observation_size: int, *, action_size: int,
                num_actions: int, hidden: Sequence[int],
-               initial_log_std: float, name: str):
+               initial_log_std: float, name: str, activation: str = 'tanh',
+               orthogonal_init: bool = True):
     super().__init__(name=name)
     if (action_size > 0) == (num_actions > 0):
       raise ValueError('give one of action_size (continuous) and num_actions '
                        f'(discrete); got {action_size} and {num_actions}')
+    if activation not in ACTIVATIONS:
+      raise ValueError(f'activation must be one of {ACTIVATIONS}, got '
+                       f'{activation!r}')
     self.observation_size = int(observation_size)
     self.discrete = num_actions > 0
     self.num_actions, self.action_size = int(num_actions), int(action_size)
     self.hidden = tuple(int(h) for h in hidden)
+    self.activation = activation
     outputs = num_actions if self.discrete else action_size
+    mlp = lambda sizes, out, gain, name: _mlp(  # noqa: E731
+        sizes, out, gain, name, activation=activation,
+        orthogonal=orthogonal_init)
     with self.name_scope:
       self._make_trunk()
-      self.actor = _mlp(self.hidden, outputs, 0.01 if self.discrete else 1.0,
-                        'actor')
-      self.critic = _mlp(self.hidden, 1, 1.0, 'critic')
+      self.actor = mlp(self.hidden, outputs, 0.01 if self.discrete else 1.0,
+                       'actor')
+      self.critic = mlp(self.hidden, 1, 1.0, 'critic')
       self.log_std = (None if self.discrete else tf.Variable(
           tf.fill([action_size], float(initial_log_std)), name='log_std'))
       self.train_step_counter = tf.Variable(0, dtype=tf.int64,
@@ -90,10 +104,12 @@ class ActorCritic(_Heads):
 
   def __init__(self, observation_size: int, *, action_size: int = 0,
                num_actions: int = 0, hidden: Sequence[int] = (64, 64),
-               initial_log_std: float = 0.0, name: str = 'actor_critic'):
+               initial_log_std: float = 0.0, activation: str = 'tanh',
+               orthogonal_init: bool = True, name: str = 'actor_critic'):
     super().__init__(observation_size, action_size=action_size,
                      num_actions=num_actions, hidden=hidden,
-                     initial_log_std=initial_log_std, name=name)
+                     initial_log_std=initial_log_std, name=name,
+                     activation=activation, orthogonal_init=orthogonal_init)
 
   def value(self, observations: tf.Tensor) -> tf.Tensor:
     return self.critic(observations)[:, 0]
@@ -294,7 +310,8 @@ def export(model: ActorCritic | RecurrentActorCritic | CnnActorCritic,
       head='categorical' if model.discrete else 'gaussian',
       kernels=kernels, biases=biases,
       action_low=np.asarray(action_low), action_high=np.asarray(action_high),
-      metadata=dict(metadata or {}), activation='relu' if image else 'tanh',
+      metadata=dict(metadata or {}),
+      activation='relu' if image else model.activation,
       log_std=None if model.discrete else model.log_std.numpy(),
       **(_conv_weights(model) if image else {}))
 

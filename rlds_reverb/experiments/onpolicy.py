@@ -104,9 +104,13 @@ def make_model(specs: envs.EnvSpecs, agent_config: ppo.PpoConfig) -> Any:
   if agent_config.recurrent:
     return actor_critic.RecurrentActorCritic(
         specs.observation_shape[0], hidden=agent_config.hidden,
-        state_size=agent_config.recurrent_size, **actions)
-  return actor_critic.ActorCritic(specs.observation_shape[0],
-                                  hidden=agent_config.hidden, **actions)
+        state_size=agent_config.recurrent_size,
+        initial_log_std=agent_config.initial_log_std, **actions)
+  return actor_critic.ActorCritic(
+      specs.observation_shape[0], hidden=agent_config.hidden,
+      activation=agent_config.activation,
+      orthogonal_init=agent_config.orthogonal_init,
+      initial_log_std=agent_config.initial_log_std, **actions)
 
 
 def _recurrent_values(model: actor_critic.RecurrentActorCritic,

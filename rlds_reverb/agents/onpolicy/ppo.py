@@ -88,7 +88,16 @@ class PpoConfig:
   """Advantages to zero mean, unit std over the whole rollout (the seed
   codebase's PPO)."""
   hidden: Sequence[int] = (64, 64)
-  """Hidden layer sizes of the actor and of the critic (tanh)."""
+  """Hidden layer sizes of the actor and of the critic."""
+  activation: str = settings.setting('tanh',
+                                     choices=actor_critic.ACTIVATIONS)
+  """Of the actor's and the critic's hidden layers (MLP policies)."""
+  orthogonal_init: bool = True
+  """Orthogonal initialisation (gain sqrt 2 on hidden layers, 1 on the mean
+  and the value, 0.01 on logits); off: Keras' Glorot uniform (RL Zoo's
+  ortho_init False)."""
+  initial_log_std: float = 0.0
+  """A Gaussian policy's log standard deviation at the start."""
   recurrent: bool = False
   """A GRU on the observation feeds the actor and the critic (the seed's
   recurrent policy); minibatches are then whole env copies' sequences, so
@@ -226,6 +235,9 @@ def check(config: PpoConfig) -> None:
     raise ValueError(f'a recurrent policy learns from whole sequences: '
                      f'minibatches ({config.minibatches}) must divide '
                      f'num_envs ({config.num_envs})')
+  if config.recurrent and config.activation != 'tanh':
+    raise ValueError(f'the recurrent policy\'s layers are tanh; activation '
+                     f'{config.activation!r} is for feed-forward ones')
   if config.algorithm == 'acktr' and config.recurrent:
     raise ValueError('acktr takes feed-forward policies: K-FAC here has '
                      'no factors for the GRU (recurrent)')
