@@ -144,8 +144,9 @@ KFAC_ONLY = ('kfac_momentum', 'kfac_stat_decay', 'kfac_kl_clip',
 # PPO on MuJoCo), used where the user sets nothing; keyed by (algorithm,
 # discrete actions).
 _DEFAULTS = {
-    # The seed codebase's MuJoCo command (its PPO clips the value loss).
-    ('ppo', False): dict(clip_value=True),
+    # The seed codebase's MuJoCo command (its PPO clips the value loss, and
+    # its value loss is value_loss_coef 0.5 x 0.5 (V - R)^2: our 0.25).
+    ('ppo', False): dict(clip_value=True, value_coef=0.25),
     ('ppo', True): dict(num_envs=8, rollout_steps=32, gamma=0.98,
                         gae_lambda=0.8, learning_rate=1e-3, clip_decay=True,
                         epochs=20, minibatches=1, observation_clip=0.0,
@@ -176,7 +177,8 @@ _DEFAULTS = {
 _IMAGE_DEFAULTS = {
     'ppo': dict(num_envs=8, rollout_steps=128, learning_rate=2.5e-4,
                 clip_ratio=0.1, clip_value=True, epochs=4, minibatches=4,
-                entropy_coef=0.01, observation_clip=0.0, reward_clip=0.0),
+                entropy_coef=0.01, value_coef=0.25, observation_clip=0.0,
+                reward_clip=0.0),
     'a2c': dict(num_envs=16, rollout_steps=5, gae_lambda=1.0,
                 learning_rate=7e-4, lr_decay=False, epochs=1, minibatches=1,
                 normalize_advantages=False, entropy_coef=0.01,
@@ -371,7 +373,8 @@ class Updater:
                                                   -clip, clip)
       value_error = tf.maximum(value_error,
                                tf.square(clipped - batch['return']))
-    # (V - R)^2, weighted by value_coef, as the seed codebase and SB3.
+    # (V - R)^2 weighted by value_coef, as SB3 (the seed codebase halves
+    # it first: its settings here say 0.25 for its 0.5).
     value_loss = tf.reduce_mean(value_error)
     entropy = tf.reduce_mean(entropy)
     loss = (policy_loss + config.value_coef * value_loss -
