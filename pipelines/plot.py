@@ -10,7 +10,12 @@ side by side, e.g. prioritized against uniform replay:
 An entry of --run_dirs may also be an eval log kept on its own (a *.jsonl
 file, as docs/ keep those of finished runs), and --max_x cuts every run at
 one budget, so a run still under way is compared with finished ones at the
-same step.
+same step. With --mean, runs that share a label are the seeds of one
+setting: each is drawn thin and their mean thick, one colour a label:
+
+  python -m pipelines.plot --mean --max_x 200000 --hline 475 --out cmp.png \
+      --run_dirs a2c_seed0_eval.jsonl,a2c_seed1_eval.jsonl,acktr_seed0_eval.jsonl,... \
+      --labels A2C,A2C,ACKTR,...
 
 Bad input ends with one line on stderr (`plot: error: ...`), exit code 1 (2
 for bad flags).
@@ -49,6 +54,12 @@ _HLINE = flags.DEFINE_float(
 _MAX_X = flags.DEFINE_integer(
     'max_x', None, 'Draw only the evaluations at or before this --x value '
     '(compares runs at one budget); default: all.')
+_MEAN = flags.DEFINE_bool(
+    'mean', False, 'Runs that share a --labels name are one group (seeds of '
+    'one setting): each drawn thin, the group\'s mean thick.')
+
+_COLORS = ('tab:blue', 'tab:red', 'tab:green', 'tab:orange', 'tab:purple',
+           'tab:brown')
 
 
 def main(argv: list[str]) -> None:
@@ -64,6 +75,9 @@ def main(argv: list[str]) -> None:
     cli.fail(_PROG, ValueError(
         f'--labels has {len(labels)} names for {len(_RUN_DIRS.value)} '
         '--run_dirs'), code=2)
+  if not _MEAN.value and len(set(labels)) != len(labels):
+    cli.fail(_PROG, ValueError('--labels names a run twice: give --mean to '
+                               'draw runs of one name as a group'), code=2)
   runs, cuts = {}, []
   for label, run_dir in zip(labels, _RUN_DIRS.value):
     if run_dir.endswith('.jsonl'):
@@ -86,17 +100,40 @@ def main(argv: list[str]) -> None:
         cli.fail(_PROG, ValueError(f'{run_dir}: no evaluation at or before '
                                    f'{_X.value} {_MAX_X.value}'))
       records = kept
-    runs[label] = records
+    runs[f'{label} {run_dir}' if _MEAN.value else label] = records
+  styles = None
+  if _MEAN.value:
+    runs, styles = _groups(runs, labels, _RUN_DIRS.value)
   hlines = {f'{_HLINE.value:g}': _HLINE.value} if _HLINE.value is not None \
       else None
   path = curves.plot_curves(runs, _OUT.value, x=_X.value, y=_Y.value,
                             title=_TITLE.value,
                             x_label=_X.value.replace('_', ' '),
-                            y_label=_Y.value.replace('_', ' '), hlines=hlines)
-  print(f'{_PROG}: wrote {path} ({len(runs)} runs)', flush=True)
+                            y_label=_Y.value.replace('_', ' '), hlines=hlines,
+                            styles=styles)
+  print(f'{_PROG}: wrote {path} ({len(_RUN_DIRS.value)} runs)', flush=True)
   if cuts:
     print(f'{_PROG}: evaluations up to {_X.value} {_MAX_X.value}: '
           f'{", ".join(cuts)}', flush=True)
+
+
+def _groups(runs: dict, labels: list[str], run_dirs: list[str]
+            ) -> tuple[dict, dict]:
+  """Each label's runs, thin in its colour, and their mean, thick."""
+  grouped, styles = {}, {}
+  for index, label in enumerate(dict.fromkeys(labels)):
+    color = _COLORS[index % len(_COLORS)]
+    members = [runs[f'{label} {d}'] for l, d in zip(labels, run_dirs)
+               if l == label]
+    for number, records in enumerate(members):
+      name = f'{label} run {number}'
+      grouped[name] = records
+      styles[name] = {'color': color, 'alpha': 0.3, 'linewidth': 1,
+                      'markersize': 0, 'label': None}
+    mean = f'{label}, mean of {len(members)}'
+    grouped[mean] = curves.mean_curve(members, x=_X.value)
+    styles[mean] = {'color': color, 'linewidth': 2.2}
+  return grouped, styles
 
 
 if __name__ == '__main__':

@@ -67,3 +67,26 @@ def test_plot_takes_eval_logs_and_cuts_at_max_x(tmp_path):
   assert empty.returncode == 1
   assert empty.stderr.strip().splitlines()[-1] == (
       f'plot: error: {log}: no evaluation at or before train_step 500')
+
+
+def test_plot_draws_the_mean_of_runs_that_share_a_label(tmp_path):
+  """--mean: two settings of two seeds each, as eval logs."""
+  logs = []
+  for name, returns in (('a_seed0', [10, 20, 30]), ('a_seed1', [30, 40, 50]),
+                        ('b_seed0', [5, 50, 500]), ('b_seed1', [5, 60, 400])):
+    log = tmp_path / f'{name}_eval.jsonl'
+    log.write_text(''.join(
+        json.dumps({'env_steps': 100 * (i + 1), 'average_return': r}) + '\n'
+        for i, r in enumerate(returns)))
+    logs.append(str(log))
+  out = tmp_path / 'groups.png'
+  proc = _plot('--run_dirs', ','.join(logs), '--labels', 'A,A,B,B',
+               '--mean', '--max_x', '200', '--hline', '40', '--out', str(out))
+  assert proc.returncode == 0, proc.stderr
+  assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert f'plot: wrote {out} (4 runs)' in proc.stdout
+  twice = _plot('--run_dirs', ','.join(logs[:2]), '--labels', 'A,A',
+                '--out', str(tmp_path / 'x.png'))
+  assert twice.returncode == 2
+  assert 'give --mean to draw runs of one name as a group' in twice.stderr
+  assert not (tmp_path / 'x.png').exists()
