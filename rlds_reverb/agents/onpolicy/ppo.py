@@ -158,17 +158,13 @@ _DEFAULTS = {
                         learning_rate=7e-4, lr_decay=False, epochs=1,
                         minibatches=1, normalize_advantages=False,
                         observation_clip=0.0, reward_clip=0.0),
-    # ACKTR: OpenAI baselines' and the seed's K-FAC (lr 0.25, 20-step
-    # rollouts, entropy 0.01), on A2C's env copies.
-    ('acktr', False): dict(num_envs=4, rollout_steps=20, gae_lambda=1.0,
-                           learning_rate=0.25, lr_decay=False, epochs=1,
-                           minibatches=1, normalize_advantages=False),
-    ('acktr', True): dict(num_envs=8, rollout_steps=20, gae_lambda=1.0,
-                          learning_rate=0.25, lr_decay=False, epochs=1,
-                          minibatches=1, normalize_advantages=False,
-                          entropy_coef=0.01, observation_clip=0.0,
-                          reward_clip=0.0),
 }
+# ACKTR: A2C's settings with OpenAI baselines' and the seed's K-FAC step
+# (lr 0.25, 20-step rollouts; entropy 0.01 for discrete actions).
+_ACKTR = dict(rollout_steps=20, learning_rate=0.25)
+_DEFAULTS[('acktr', False)] = {**_DEFAULTS[('a2c', False)], **_ACKTR}
+_DEFAULTS[('acktr', True)] = {**_DEFAULTS[('a2c', True)], **_ACKTR,
+                              'entropy_coef': 0.01}
 
 
 # Image observations (Atari: discrete actions): the seed codebase's
@@ -183,11 +179,9 @@ _IMAGE_DEFAULTS = {
                 learning_rate=7e-4, lr_decay=False, epochs=1, minibatches=1,
                 normalize_advantages=False, entropy_coef=0.01,
                 observation_clip=0.0, reward_clip=0.0),
-    'acktr': dict(num_envs=32, rollout_steps=20, gae_lambda=1.0,
-                  learning_rate=0.25, lr_decay=False, epochs=1,
-                  minibatches=1, normalize_advantages=False,
-                  entropy_coef=0.01, observation_clip=0.0, reward_clip=0.0),
 }
+_IMAGE_DEFAULTS['acktr'] = {**_IMAGE_DEFAULTS['a2c'], **_ACKTR,
+                            'num_envs': 32}
 
 
 def env_defaults(algorithm: str, discrete: bool, image: bool = False
