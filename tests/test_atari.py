@@ -41,10 +41,10 @@ def test_specs_keep_frames_uint8_and_actions_discrete():
   specs = acting_envs.env_specs('ALE/Pong-v5')
   # The agent sees 4-frame stacks; the data holds one frame per step.
   assert specs.time_step_spec.observation == tf.TensorSpec(
-      [84, 84, 4], tf.uint8, name='observation')
+      [4, 84, 84], tf.uint8, name='observation')
   assert specs.observation_shape == (84, 84) and specs.frame_stack == 4
   assert acting_envs.env_specs('ALE/Pong-v5', frame_stack=2
-                               ).time_step_spec.observation.shape == [84, 84, 2]
+                               ).time_step_spec.observation.shape == [2, 84, 84]
   with pytest.raises(ValueError, match='frame_stack 4 needs image'):
     acting_envs.env_specs('CartPole-v1', frame_stack=4)
   assert specs.discrete and int(specs.action_spec.maximum) == 5
@@ -106,15 +106,15 @@ def test_pushed_pong_is_read_back_in_stacks(pong):
     memory = replay.memory
     for _, first, length in memory.episode_rows():
       stacks = memory.read(tf.range(first, first + length)).observation
-      frames = stacks.numpy()[..., -1]
+      frames = stacks.numpy()[:, -1]
       steps = next(s for s in episodes
                    if np.array_equal(s['observation'], frames))
       # Row t's stack: frames t-3..t, the first frame repeated before t=0.
       np.testing.assert_array_equal(
           stacks[2].numpy(), np.stack([steps['observation'][i]
-                                       for i in (0, 0, 1, 2)], axis=-1))
+                                       for i in (0, 0, 1, 2)]))
     batch = replay.feed()()
-    assert batch.observation.shape.as_list() == [32, 2, 84, 84, 4]
+    assert batch.observation.shape.as_list() == [32, 2, 4, 84, 84]
   finally:
     server.stop()
 
@@ -131,7 +131,7 @@ def test_online_dqn_on_pong_trains_checkpoints_and_resumes(tmp_path):
   assert first['env_steps'] == 1000 and first['train_step'] > 0
   assert -21 <= first['average_return'] <= 21
   policy = numpy_policy.load(str(tmp_path / 'policy.npz'))
-  assert policy.input_shape == [84, 84, 4] and policy.head == 'q_argmax'
+  assert policy.input_shape == [4, 84, 84] and policy.head == 'q_argmax'
   second = online.train_online(
       dataclasses.replace(config, env_steps=1100, eval_interval=1100),
       show_progress=False)

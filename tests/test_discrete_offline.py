@@ -113,7 +113,7 @@ def test_offline_cql_on_recorded_pong_exports_an_image_policy(tmp_path):
   assert summary['train_steps'] == 20 and summary['transitions'] == 80
   assert -21 <= summary['offline_return'] <= 21
   policy = numpy_policy.load(str(tmp_path / 'run' / 'policy_offline.npz'))
-  assert policy.input_shape == [84, 84, 4] and policy.head == 'q_argmax'
+  assert policy.input_shape == [4, 84, 84] and policy.head == 'q_argmax'
   with pytest.raises(ValueError, match='needs discrete actions'):
     offline.train_offline(offline.OfflineConfig(
         agent='discrete_bc', env='HalfCheetah-v5', dataset=str(data),

@@ -45,7 +45,7 @@ def _clear(values: np.ndarray) -> np.ndarray:
 
 
 def _specs():
-  observation = tf.TensorSpec([84, 84, K], tf.uint8, name='observation')
+  observation = tf.TensorSpec([K, 84, 84], tf.uint8, name='observation')
   action = tensor_spec.BoundedTensorSpec((), tf.int64, 0, ACTIONS - 1,
                                          name='action')
   return ts.time_step_spec(observation), action
@@ -59,7 +59,7 @@ def test_dqn_trains_on_stacks_and_its_numpy_export_acts_alike(tmp_path):
   memory = _frames_memory()
   time_step_spec, action_spec = _specs()
   assert memory.transition_spec().observation == tf.TensorSpec(
-      [84, 84, K], tf.uint8)
+      [K, 84, 84], tf.uint8)
   tf.random.set_seed(0)
   agent = registry.make_agent(
       'dqn', time_step_spec, action_spec,
@@ -107,8 +107,8 @@ def test_image_policy_names_a_wrong_observation():
   agent = registry.make_agent('dqn', time_step_spec, action_spec,
                               factory.AgentConfig())
   policy = dqn.export_q_policy(agent, action_spec)
-  with pytest.raises(ValueError, match=r'image stacks \[batch, H, W, 4\]'):
-    policy.greedy(np.zeros((1, 84, 84, 3), np.uint8))
+  with pytest.raises(ValueError, match=r'image stacks \[batch\] \+ \[4, 84, 84\]'):
+    policy.greedy(np.zeros((1, 3, 84, 84), np.uint8))
 
 
 def test_saved_model_of_an_image_policy_acts_as_the_numpy_one(tmp_path):
@@ -118,10 +118,10 @@ def test_saved_model_of_an_image_policy_acts_as_the_numpy_one(tmp_path):
   agent = registry.make_agent('dqn', time_step_spec, action_spec,
                               factory.AgentConfig(dueling=True))
   policy = dqn.export_q_policy(agent, action_spec)
-  assert policy.input_shape == [84, 84, K]
+  assert policy.input_shape == [K, 84, 84]
   paths = saved_policy.save(policy, str(tmp_path / 'saved'))
   act = saved_policy.load_act(str(tmp_path / 'saved'))
-  stacks = np.random.default_rng(4).integers(0, 256, (6, 84, 84, K),
+  stacks = np.random.default_rng(4).integers(0, 256, (6, K, 84, 84),
                                               np.uint8)
   clear = _clear(policy._last_layer(stacks))  # pylint: disable=protected-access
   np.testing.assert_array_equal(act(stacks)[clear],
@@ -134,12 +134,12 @@ def test_cnn_actor_critic_updates_and_exports_its_actor():
   from rlds_reverb.agents import actor_critic  # pylint: disable=g-import-not-at-top
   from rlds_reverb.agents.onpolicy import ppo  # pylint: disable=g-import-not-at-top
   tf.random.set_seed(5)
-  model = actor_critic.CnnActorCritic((84, 84, K), num_actions=ACTIONS)
+  model = actor_critic.CnnActorCritic((K, 84, 84), num_actions=ACTIONS)
   rng = np.random.default_rng(6)
   n = 32
-  observation = rng.integers(0, 256, (n, 84, 84, K), np.uint8)
+  observation = rng.integers(0, 256, (n, K, 84, 84), np.uint8)
   # Returns the critic can fit: the mean brightness of the newest frame.
-  target = observation[..., -1].mean(axis=(1, 2)) / 255.0 * 4.0 - 2.0
+  target = observation[:, -1].mean(axis=(1, 2)) / 255.0 * 4.0 - 2.0
   batch = {'observation': observation,
            'action': rng.integers(0, ACTIONS, n).astype(np.int64),
            'log_prob': np.full(n, -np.log(ACTIONS), np.float32),
@@ -156,11 +156,42 @@ def test_cnn_actor_critic_updates_and_exports_its_actor():
   assert int(model.train_step_counter.numpy()) == 24
 
   policy = actor_critic.export(model, np.int64(0), np.int64(ACTIONS - 1))
-  assert policy.head == 'categorical' and policy.input_shape == [84, 84, K]
+  assert policy.head == 'categorical' and policy.input_shape == [K, 84, 84]
   logits = model.actor(model.trunk(observation[:8])).numpy()
   # pylint: disable=protected-access
   np.testing.assert_allclose(policy._last_layer(observation[:8]), logits,
                              rtol=1e-4, atol=1e-5)
   clear = _clear(logits)
   np.testing.assert_array_equal(policy.greedy(observation[:8])[clear],
+                                np.argmax(logits, -1)[clear])
+
+
+def test_colour_stacks_reach_the_channels_frame_major_in_every_runtime(
+    tmp_path):
+  """[k, H, W, C] stacks become [H, W, k * C] channels, frame 0's colours
+  first, the same in the Keras network, the numpy policy and the
+  SavedModel."""
+  from rlds_reverb.agents import actor_critic  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents import saved_policy  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(7)
+  stacks = rng.integers(0, 256, (5, 2, 36, 36, 3), np.uint8)
+  channels = tf.keras.Sequential(
+      image_networks.stack_to_channels([2, 36, 36, 3]))(stacks).numpy()
+  want = np.concatenate([stacks[:, 0], stacks[:, 1]], axis=-1) / 255.0
+  np.testing.assert_allclose(channels, want, rtol=1e-6)
+  tf.random.set_seed(8)
+  model = actor_critic.CnnActorCritic((2, 36, 36, 3), num_actions=ACTIONS)
+  model.actor(model.trunk(stacks[:1]))
+  for weight in model.actor.trainable_weights:  # Init gain 0.01: widen the
+    weight.assign(weight * 300.0)  # margins so greedy actions are clear.
+  logits = model.actor(model.trunk(stacks)).numpy()
+  policy = actor_critic.export(model, np.int64(0), np.int64(ACTIONS - 1))
+  assert policy.input_shape == [2, 36, 36, 3]
+  # pylint: disable=protected-access
+  np.testing.assert_allclose(policy._last_layer(stacks), logits, rtol=1e-4,
+                             atol=1e-5)
+  saved_policy.save(policy, str(tmp_path / 'saved'))
+  act = saved_policy.load_act(str(tmp_path / 'saved'))
+  clear = _clear(logits)
+  np.testing.assert_array_equal(act(stacks)[clear],
                                 np.argmax(logits, -1)[clear])

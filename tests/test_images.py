@@ -57,11 +57,8 @@ def _pixels(observation):
 
 def _hand_stack(frames: np.ndarray, t: int) -> np.ndarray:
   """Frames max(t - K + 1, 0) .. t of one episode, repeated first frame
-  before the start, stacked on the last axis as channel-last stackers do."""
-  picked = [frames[max(t - j, 0)] for j in range(K - 1, -1, -1)]
-  if frames.ndim == 3:  # [T, H, W]
-    return np.stack(picked, axis=-1)
-  return np.concatenate(picked, axis=-1)  # [T, H, W, C] -> [H, W, K * C]
+  before the start, stacked on a new first axis ([K, H, W(, C)])."""
+  return np.stack([frames[max(t - j, 0)] for j in range(K - 1, -1, -1)])
 
 
 def _server(spec, directory=None):
@@ -90,11 +87,9 @@ def _by_episode(memory):
   """episode number -> (first row, length), from the frames' own tags."""
   out = {}
   for _, first, length in memory.episode_rows():
-    pixel = _pixels(memory.read(tf.constant(first)).observation).numpy()
-    pixel = pixel.reshape(pixel.shape[0], pixel.shape[1], -1)[0, 0]
-    # With stacks, the row's own frame is the last of the stack.
-    channels = len(pixel) // memory.frame_stack
-    out[int(pixel[(memory.frame_stack - 1) * channels])] = (first, length)
+    stack = _pixels(memory.read(tf.constant(first)).observation).numpy()
+    # The row's own frame is the last of its stack.
+    out[int(stack[-1].reshape(-1)[0])] = (first, length)
   return out
 
 
@@ -123,6 +118,8 @@ def test_image_episodes_round_trip_convert_push_load_byte_for_byte():
       for path, want in tree.flatten_with_path(trajectory):
         got = tree.flatten_with_path(stored)
         got = dict(got)[path].numpy()
+        if path == ('observation', 'pixels'):  # A frame alone: a stack of 1.
+          want = want[:, None]
         assert got.dtype == want.dtype, path
         np.testing.assert_array_equal(got, want, err_msg=str(path))
   finally:
@@ -256,7 +253,7 @@ def test_frame_stack_setting_reaches_the_feed_of_a_replay():
     replay = _replay(spec, frame_stack=K, n_step=2)
     replay.start(client)
     batch = replay.feed()()
-    assert batch.observation.shape.as_list() == [8, 2, 6, 5, K]
+    assert batch.observation.shape.as_list() == [8, 2, K, 6, 5]
     assert batch.observation.dtype == tf.uint8
   finally:
     server.stop()
@@ -311,7 +308,7 @@ def test_acting_stacks_equal_the_memorys_stacks():
                          frame_stack=K)
   loop.run(act, episodes.append, num_episodes=6)
   envs.close()
-  assert all(s.shape == (2, 4, 3, K) for s in seen)
+  assert all(s.shape == (2, K, 4, 3) for s in seen)
 
   def hand(episode, t):  # The stack of step t: steps t-3..t, clipped at 0.
     return [(episode, max(t - j, 0)) for j in range(K - 1, -1, -1)]
@@ -319,8 +316,8 @@ def test_acting_stacks_equal_the_memorys_stacks():
   acted = 0
   for stacks in seen:
     for stack in stacks:
-      episode, t = stack[0, 0, -1], stack[0, 1, -1]
-      tags = list(zip(stack[0, 0], stack[0, 1]))
+      episode, t = stack[-1, 0, 0], stack[-1, 0, 1]
+      tags = list(zip(stack[:, 0, 0], stack[:, 0, 1]))
       if t <= 1 + episode:  # Not the ignored action of a reset step.
         assert tags == hand(episode, t)
         acted += 1
@@ -335,7 +332,8 @@ def test_acting_stacks_equal_the_memorys_stacks():
   for _, first, length in memory.episode_rows():
     stacks = memory.read(tf.range(first, first + length)).observation.numpy()
     for t, stack in enumerate(stacks):
-      assert list(zip(stack[0, 0], stack[0, 1])) == hand(stack[0, 0, -1], t)
+      assert list(zip(stack[:, 0, 0], stack[:, 0, 1])) == hand(
+          stack[-1, 0, 0], t)
 
 
 def test_frame_stacker_refuses_vectors():

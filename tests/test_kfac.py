@@ -108,8 +108,8 @@ def test_conv_factors_read_patches_in_the_kernels_order():
   kernel's (and bias's) gradient, for each of the Nature convolutions; and
   where a convolution has one output position its block is exact."""
   rng = np.random.default_rng(2)
-  model = actor_critic.CnnActorCritic((36, 36, 2), num_actions=3)
-  observations = tf.constant(rng.integers(0, 255, (3, 36, 36, 2)), tf.uint8)
+  model = actor_critic.CnnActorCritic((2, 36, 36), num_actions=3)
+  observations = tf.constant(rng.integers(0, 255, (3, 2, 36, 36)), tf.uint8)
   weights = tf.constant(rng.normal(size=(3, 3)), tf.float32)
   with tf.GradientTape(persistent=True) as tape:
     out, _, _, captures = kfac.forward(model, observations, tape)

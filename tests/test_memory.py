@@ -66,6 +66,12 @@ class FeedEqualsPushedItemsTest(parameterized.TestCase):
     finally:
       server.stop()
     ours = _all_transitions(memory)
+    if kwargs.get('dict_observation'):
+      # Image frames are read as stacks, here of one frame: [2, 1, H, W, C].
+      for item in ours:
+        pixels = item.observation['pixels']
+        self.assertEqual(pixels.shape[1], 1)
+        item.observation['pixels'] = pixels[:, 0]
     # Transitions: L - 1 per episode, none for 0- or 1-step episodes.
     self.assertLen(pairs, sum(max(n - 1, 0) for n in EDGE_LENGTHS))
     self.assertLen(ours, len(pairs))

@@ -62,22 +62,22 @@ def test_rollout_stacks_equal_hand_built_ones_and_restart_with_episodes():
     rollout, _, _ = rollouts.collect(act)
     observation = rollout['observation']
     assert observation.dtype == np.uint8
-    assert observation.shape == (25, 3, 6, 6, 4)
+    assert observation.shape == (25, 3, 4, 6, 6)
     for t in range(25):
       for i in range(3):
         stack = observation[t, i]
-        step = int(stack[0, 0, -1])
-        # Every pixel of a frame is alike; the channels are the stack.
+        step = int(stack[-1, 0, 0])
+        # Every pixel of a frame is alike; the first axis is the stack.
         np.testing.assert_array_equal(stack, np.broadcast_to(
-            stack[:1, :1], stack.shape))
-        np.testing.assert_array_equal(stack[0, 0], _expected_stack(step))
+            stack[:, :1, :1], stack.shape))
+        np.testing.assert_array_equal(stack[:, 0, 0], _expected_stack(step))
         assert rollout['episode_start'][t, i] == (step == 0)
         seen['start'] += step == 0
         if rollout['truncated'][t, i]:
           seen['truncated'] += 1
           assert step == _LIMIT - 1
           final = rollout['final_observation'][t, i]
-          np.testing.assert_array_equal(final[0, 0],
+          np.testing.assert_array_equal(final[:, 0, 0],
                                         _expected_stack(_LIMIT))
         seen['terminated'] += bool(rollout['terminated'][t, i])
   assert all(count > 0 for count in seen.values()), seen
@@ -119,8 +119,8 @@ def test_atari_run_trains_checkpoints_resumes_and_exports(agent, settings,
     assert [json.loads(line)['env_steps'] for line in f] == [16, 32]
   policy = numpy_policy.load(str(root / 'policy.npz'))
   assert policy.head == 'categorical'
-  assert list(policy.input_shape) == [84, 84, 4]
-  frames = np.random.default_rng(0).integers(0, 255, (3, 84, 84, 4),
+  assert list(policy.input_shape) == [4, 84, 84]
+  frames = np.random.default_rng(0).integers(0, 255, (3, 4, 84, 84),
                                              dtype=np.uint8)
   actions = policy.greedy(frames)
   assert actions.shape == (3,) and set(actions) <= set(range(6))
@@ -136,7 +136,7 @@ def test_image_settings_are_the_seeds_atari_ones_and_refusals():
   assert specs.image and specs.frame_stack == 4
   model = onpolicy.make_model(specs, config)
   assert isinstance(model, actor_critic.CnnActorCritic)
-  assert model.observation_shape == (84, 84, 4)
+  assert model.observation_shape == (4, 84, 84)
   with pytest.raises(ValueError, match='recurrent policy takes vectors'):
     onpolicy.check_env(specs, ppo.defaults_for('ppo', True, recurrent=True,
                                                observation_clip=0.0))

@@ -78,11 +78,7 @@ def _agent_observation_spec(env_id: str, obs_space: gym.spaces.Box,
     return tf.TensorSpec(obs_space.shape, tf.float32,
                          name='observation'), 1
   frame_stack = frame_stack or DEFAULT_FRAME_STACK
-  if frame_stack == 1 and len(obs_space.shape) == 2:
-    raise ValueError(f'env {env_id!r}: grey frames {obs_space.shape} need '
-                     'frame_stack >= 2 (the networks take [H, W, C])')
-  shape = (memory.stacked_shape(obs_space.shape, frame_stack)
-           if frame_stack > 1 else list(obs_space.shape))
+  shape = memory.stacked_shape(obs_space.shape, frame_stack)
   return tf.TensorSpec(shape, tf.uint8, name='observation'), frame_stack
 
 

@@ -25,8 +25,10 @@ Three heads, matching the TF-Agents networks the learners use:
                  logits of action_low..action_high.
 Hidden layers are relu, or tanh where `activation` says so (PPO's).
 Image policies (the Nature DQN encoder, `agents.image_networks`) run their
-valid convolutions first, on uint8 frame stacks scaled by `obs_scale`, and
-flatten channel-last as Keras does.
+valid convolutions first, on uint8 frame-major stacks ([k, H, W] or
+[k, H, W, C]) scaled by `obs_scale` and moved to channel-last ([H, W, k]
+or [H, W, k * C]) as the Keras networks move them, and flatten
+channel-last as Keras does.
 Observations are normalised with (obs - obs_mean) / obs_std first when the
 policy carries those statistics (TD3+BC trains on normalised states).
 """
@@ -118,7 +120,8 @@ class NumpyPolicy:
     conv_kernels, conv_biases, conv_strides: valid ReLU convolutions run
       on the observation before the MLP (image policies), or None.
     obs_scale: image observations are multiplied by it first (1/255).
-    input_shape: an image policy's observation shape ([H, W, k] stacks).
+    input_shape: an image policy's observation shape (frame-major stacks
+      [k, H, W] or [k, H, W, C]).
   """
 
   head: str
@@ -168,13 +171,16 @@ class NumpyPolicy:
     return int(self.action_low.shape[0])
 
   def _encode_image(self, observations: np.ndarray) -> np.ndarray:
-    x = np.asarray(observations, dtype=np.float32)
-    if x.ndim != 4 or x.shape[-1] != self.conv_kernels[0].shape[2]:
-      raise ValueError(
-          f'policy takes image stacks [batch, H, W, '
-          f'{self.conv_kernels[0].shape[2]}], got shape {x.shape}')
+    x = np.asarray(observations)
+    if self.input_shape is None or list(x.shape[1:]) != list(
+        self.input_shape):
+      raise ValueError(f'policy takes image stacks [batch] + '
+                       f'{self.input_shape}, got shape {x.shape}')
+    x = x.astype(np.float32)
     if self.obs_scale is not None:
       x = x * np.float32(self.obs_scale)
+    x = np.moveaxis(x, 1, 3)  # [B, H, W, k(, C)]
+    x = x.reshape(x.shape[:3] + (-1,))
     for kernel, bias, stride in zip(self.conv_kernels, self.conv_biases,
                                     self.conv_strides):
       x = np.maximum(conv2d(x, kernel, bias, stride), 0.0)

@@ -17,10 +17,11 @@ envs) keep their keys. Step infos, where a caller keeps them, go under
 `infos` as float64 (D4RL's): those of an action (its log-probability) are
 zero on step T, those of an observation (a MuJoCo state) are on every step.
 
-With `frame_stack` k > 1 the policy sees each sub-env's last k image
-frames stacked on the last axis, the first frame of an episode repeated
-before it, exactly as the learner's memory stacks the stored frames
-(`replay.memory`); the episodes keep one frame per step.
+On an image env the policy sees each sub-env's last `frame_stack` frames
+as one frame-major stack ([k, H, W] or [k, H, W, C]; a frame alone is a
+stack of one), the first frame of an episode repeated before it, exactly
+as the learner's memory stacks the stored frames (`replay.memory`); the
+episodes keep one frame per step.
 
 The vector env runs in gymnasium's NEXT_STEP autoreset mode: after a sub-env
 reports `terminated or truncated`, its next `step` ignores the action and
@@ -164,9 +165,15 @@ class Episode:
     return len(self.steps['reward']) - 1
 
 
+def is_frame_batch(observations: Any) -> bool:
+  """A batch of image frames (uint8 [n, H, W] or [n, H, W, C])."""
+  return (isinstance(observations, np.ndarray)
+          and observations.dtype == np.uint8 and observations.ndim in (3, 4))
+
+
 class FrameStacker:
   """Each sub-env's last `k` frames, stacked as the memory stacks them:
-  [H, W] frames give [H, W, k], [H, W, C] frames [H, W, k * C]."""
+  frame-major, [k, H, W] or [k, H, W, C], oldest first."""
 
   def __init__(self, k: int, frames: np.ndarray):
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -189,21 +196,13 @@ class FrameStacker:
     self._stacks[:, -1] = frames
 
   def stacks(self) -> np.ndarray:
-    return _layout(self._stacks)
+    """[n, k, ...]: a copy, as the stacks change with the next push."""
+    return self._stacks.copy()
 
   def peek(self, i: int, frame: np.ndarray) -> np.ndarray:
     """Sub-env i's stack were `frame` pushed (a truncated episode's real
     final observation), leaving the stacks as they are."""
-    stack = np.concatenate([self._stacks[i, 1:], np.asarray(frame)[None]])
-    return _layout(stack[None])[0]
-
-
-def _layout(stacks: np.ndarray) -> np.ndarray:
-  """[n, k, H, W(, C)] -> [n, H, W, k (* C)], frame-major channels."""
-  x = np.moveaxis(stacks, 1, -1)  # [n, H, W, (C,) k]
-  if x.ndim == 5:  # [n, H, W, C, k] -> [n, H, W, k * C], frame-major.
-    x = np.swapaxes(x, -1, -2).reshape(x.shape[:3] + (-1,))
-  return np.ascontiguousarray(x)
+    return np.concatenate([self._stacks[i, 1:], np.asarray(frame)[None]])
 
 
 def _row(observations: Any, i: int) -> Any:
@@ -250,7 +249,8 @@ class Rollout:
         `infos/action_log_probs`.
       observation_infos: called with a sub-env's index after each of its
         observations; what it returns is kept under `infos`.
-      frame_stack: the policy sees stacks of this many image frames.
+      frame_stack: the policy sees stacks of this many image frames
+        (image envs only).
     """
     self._envs, self._layout = envs, layout
     self._max_episodes = max_episodes
@@ -266,7 +266,8 @@ class Rollout:
     self.env_steps = 0  # Kept env steps (transitions), idle sub-envs aside.
     self._obs, _ = envs.reset(seed=seed)
     self._stacker = (FrameStacker(frame_stack, self._obs)
-                     if frame_stack != 1 else None)
+                     if frame_stack != 1 or is_frame_batch(self._obs)
+                     else None)
     for i in range(num_envs):
       self._start(i)
     self._resetting = np.zeros(num_envs, dtype=bool)

@@ -67,8 +67,8 @@ class VectorRollouts:
                seed: int = 0, observe: ObserveFn = _identity,
                scale_reward: ScaleRewardFn = lambda r, ended: r,
                frame_stack: int = 1):
-    """`frame_stack` > 1: an image env whose policy sees stacks of that
-    many frames (`observe` is then not called)."""
+    """On an image env the policy sees frame-major stacks of
+    `frame_stack` frames (`observe` is then not called)."""
     if num_envs < 1 or rollout_steps < 1:
       raise ValueError(f'num_envs and rollout_steps must be >= 1, got '
                        f'{num_envs} and {rollout_steps}')
@@ -90,7 +90,7 @@ class VectorRollouts:
     self.num_envs, self.rollout_steps = num_envs, rollout_steps
     self._observe, self._scale_reward = observe, scale_reward
     raw, _ = self._envs.reset(seed=seed)
-    if frame_stack > 1:
+    if frame_stack > 1 or rollout_lib.is_frame_batch(raw):
       self._stacker = rollout_lib.FrameStacker(frame_stack, raw)
       self._observation = self._stacker.stacks()
     else:

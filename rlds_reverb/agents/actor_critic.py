@@ -221,15 +221,15 @@ class CnnActorCritic(_Heads):
                action_size: int = 0, num_actions: int = 0,
                initial_log_std: float = 0.0, name: str = 'cnn_actor_critic'):
     self.observation_shape = tuple(int(d) for d in observation_shape)
-    if len(self.observation_shape) != 3:
-      raise ValueError('CnnActorCritic takes frame stacks [H, W, C], got '
-                       f'shape {self.observation_shape}')
+    if len(self.observation_shape) not in (3, 4):
+      raise ValueError('CnnActorCritic takes frame-major stacks [k, H, W] '
+                       f'or [k, H, W, C], got shape {self.observation_shape}')
     super().__init__(0, action_size=action_size, num_actions=num_actions,
                      hidden=(), initial_log_std=initial_log_std, name=name)
 
   def _make_trunk(self) -> None:
     relu_init = lambda: tf.keras.initializers.Orthogonal(math.sqrt(2.0))
-    layers = [tf.keras.layers.Rescaling(image_networks.PIXEL_SCALE)]
+    layers = image_networks.stack_to_channels(self.observation_shape)
     layers += [tf.keras.layers.Conv2D(filters, size, stride,
                                       activation='relu',
                                       kernel_initializer=relu_init())

@@ -26,6 +26,10 @@ def dense_layers(network: Any,
     if isinstance(layer, kind):
       found.append(layer)
       return
+    if isinstance(layer, tf.keras.Sequential):  # The image preprocessing.
+      for sub in layer.layers:
+        walk(sub)
+      return
     # TF-Agents networks keep their sub-layers in these attributes.
     for name in ('_encoder', '_flat_preprocessing_layers',
                  '_postprocessing_layers', '_mlp_layers',

@@ -1,9 +1,12 @@
 """Networks for image observations: the Nature DQN encoder (Mnih et al.
 2015) that DQN, PPO and A2C share on Atari.
 
-Frames arrive as uint8 stacks [H, W, k] (`replay.memory` stacks them at
-sample time, the actor's frame stacker at acting time); the network scales
-them to [0, 1] itself, so nothing upstream ever holds float frames. The
+Frames arrive as uint8 frame-major stacks [k, H, W] or [k, H, W, C]
+(`replay.memory` stacks them at sample time, the actor's frame stacker at
+acting time: a stack is then a gather of whole frames). The network scales
+them to [0, 1] and moves the frames to the channel axis itself ([H, W, k]
+or [H, W, k * C], frame-major channels), in float inside its own graph,
+so nothing upstream ever holds float frames or transposes bytes. The
 encoder is three valid convolutions (32 8x8 stride 4, 64 4x4 stride 2,
 64 3x3 stride 1, ReLU) and a 512-unit ReLU layer, as in the paper and in
 Stable-Baselines3's `NatureCNN`.
@@ -11,7 +14,7 @@ Stable-Baselines3's `NatureCNN`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import tensorflow as tf
 
@@ -21,9 +24,28 @@ PIXEL_SCALE = 1.0 / 255.0
 
 
 def is_image(spec: Any) -> bool:
-  """A stacked image observation: uint8 [H, W, C]."""
+  """A stacked image observation: uint8 [k, H, W] or [k, H, W, C]."""
   return (isinstance(spec, tf.TensorSpec) and spec.dtype == tf.uint8
-          and spec.shape.rank == 3)
+          and spec.shape.rank in (3, 4))
+
+
+def channels_last_shape(stack_shape: Sequence[int]) -> list[int]:
+  """The [H, W, channels] a stack of `stack_shape` becomes in the network."""
+  k, height, width = (int(d) for d in stack_shape[:3])
+  channels = int(stack_shape[3]) if len(stack_shape) == 4 else 1
+  return [height, width, k * channels]
+
+
+def stack_to_channels(stack_shape: Sequence[int]) -> list[tf.keras.layers.Layer]:
+  """Keras layers from uint8 stacks [B, k, H, W(, C)] to float [B, H, W,
+  k(*C)] in [0, 1]: scale first, so the move happens in float in-graph."""
+  layers = [tf.keras.layers.Rescaling(PIXEL_SCALE)]
+  if len(stack_shape) == 3:
+    layers.append(tf.keras.layers.Permute((2, 3, 1)))
+  else:
+    layers += [tf.keras.layers.Permute((2, 3, 1, 4)),
+               tf.keras.layers.Reshape(channels_last_shape(stack_shape))]
+  return layers
 
 
 def encoder_kwargs(observation_spec: Any,
@@ -33,6 +55,7 @@ def encoder_kwargs(observation_spec: Any,
   observation: the Nature encoder for images, `fc_layers` otherwise."""
   if not is_image(observation_spec):
     return {'fc_layer_params': tuple(fc_layers)}
-  return {'preprocessing_layers': tf.keras.layers.Rescaling(PIXEL_SCALE),
+  return {'preprocessing_layers': tf.keras.Sequential(
+              stack_to_channels(observation_spec.shape.as_list())),
           'conv_layer_params': NATURE_CONV,
           'fc_layer_params': NATURE_FC}

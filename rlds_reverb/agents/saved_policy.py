@@ -28,6 +28,7 @@ from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.acting import numpy_policy
+from rlds_reverb.agents import image_networks
 
 GREEDY_DIR = 'greedy'
 COLLECT_DIR = 'collect'
@@ -102,6 +103,10 @@ class MlpPolicy(tf_policy.TFPolicy):
     p = self._np_policy
     if p.obs_scale is not None:
       x = x * p.obs_scale
+    # Frame-major stacks [B, k, H, W(, C)] -> [B, H, W, k(*C)].
+    perm = [0, 2, 3, 1] + ([4] if len(p.input_shape) == 4 else [])
+    x = tf.reshape(tf.transpose(x, perm), [-1] + image_networks
+                   .channels_last_shape(p.input_shape))
     for kernel, bias, stride in zip(p.conv_kernels, p.conv_biases,
                                     p.conv_strides):
       x = tf.nn.relu(tf.nn.conv2d(x, tf.constant(kernel, tf.float32),

@@ -18,10 +18,13 @@ numpy on the host, done when episodes are added, never per sample.
 
 Image observations (uint8 leaves of rank 2 or 3 under `observation`) are
 kept one frame per step, as the environment gave them. With `frame_stack`
-k > 1, reading a row assembles the frames of that row and the k - 1 rows
-before it, oldest first, on the last axis ([H, W] -> [H, W, k]; [H, W, C]
--> [H, W, k * C], as channel-last frame stackers concatenate them). A stack
-never reaches into the episode before: its missing frames repeat the
+k, reading a row assembles the frames of that row and the k - 1 rows
+before it, oldest first, on a new leading axis ([H, W] -> [k, H, W];
+[H, W, C] -> [k, H, W, C]): frame-major, so a stack is a gather of whole
+stored frames and nothing moves a byte after it (a channel-last stack
+would interleave the k frames byte by byte, a transpose that costs more
+than the gather; the networks move the axis themselves, in float, inside
+their graph). A stack never reaches into the episode before: its missing frames repeat the
 episode's first frame, as gymnasium's `FrameStackObservation` pads at a
 reset. Stacks are therefore never stored, and a transition's next
 observation is the stack one row on.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import types
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -63,18 +67,14 @@ def is_frame(path: Sequence[Any], spec: Any) -> bool:
 
 
 def stacked_shape(shape: Sequence[int], frame_stack: int) -> list[int]:
-  """The shape of a stack of `frame_stack` frames of `shape`."""
-  shape = list(shape)
-  if len(shape) == 2:
-    return shape + [frame_stack]
-  return shape[:-1] + [shape[-1] * frame_stack]
+  """The shape of a stack of `frame_stack` frames of `shape`, frame-major:
+  [k, H, W] or [k, H, W, C]."""
+  return [frame_stack] + list(shape)
 
 
 def stacked_spec(data_spec: Any, frame_stack: int) -> Any:
   """`data_spec` with each image frame replaced by its stack (what a
-  learner's networks take when the memory stacks frames)."""
-  if frame_stack == 1:
-    return data_spec
+  learner's networks take: a frame alone is a stack of one)."""
   def stack(path, spec):
     if not is_frame(path, spec):
       return spec
@@ -106,8 +106,8 @@ class TransitionMemory(tf.Module):
                name: str = 'transition_memory'):
     """`with_episode_bounds` also keeps, per row, the first and last row of
     its episode (hindsight relabelling draws goals from them; frame stacks
-    stop at the first). `frame_stack` > 1 reads image observations as
-    stacks of that many frames."""
+    stop at the first). `frame_stack` is the frames per stack image observations
+    are read as (one: each frame alone, still [1, H, W(, C)])."""
     super().__init__(name=name)
     self.capacity = _check_positive_int('capacity', capacity)
     self.frame_stack = _check_positive_int('frame_stack', frame_stack)
@@ -126,8 +126,7 @@ class TransitionMemory(tf.Module):
     self._layout = []  # per leaf: (group, offset, width, shape)
     widths: dict[tuple[tf.DType, bool], int] = {}
     for path, spec in tree.flatten_with_path(data_spec):
-      group = (tf.as_dtype(spec.dtype),
-               self.frame_stack > 1 and is_frame(path, spec))
+      group = (tf.as_dtype(spec.dtype), is_frame(path, spec))
       width = int(np.prod(spec.shape.as_list(), dtype=np.int64))
       self._layout.append((group, widths.get(group, 0), width,
                            spec.shape.as_list()))
@@ -138,8 +137,8 @@ class TransitionMemory(tf.Module):
                                  name=f'{"frames" if group[1] else "rows"}_'
                                  f'{group[0].name}')
                      for group in self._groups]
-    with_episode_bounds = with_episode_bounds or any(
-        stacked for _, stacked in self._groups)
+    with_episode_bounds = with_episode_bounds or (self.frame_stack > 1 and any(
+        stacked for _, stacked in self._groups))
     self._index = tf.Variable(tf.zeros([self.capacity], tf.int32),
                               trainable=False, name='transition_rows')
     self.num_transitions = tf.Variable(0, dtype=tf.int32, trainable=False,
@@ -330,15 +329,36 @@ class TransitionMemory(tf.Module):
   def frame_rows(self, rows: tf.Tensor) -> tf.Tensor:
     """Rows of the frames stacked at `rows`: [..., frame_stack], oldest
     first, none before the first row of the row's episode."""
+    if self.frame_stack == 1:
+      return rows[..., None]
     first = tf.cast(tf.gather(self.episode_first, rows), rows.dtype)
     offsets = tf.range(1 - self.frame_stack, 1, dtype=rows.dtype)
     return tf.maximum(rows[..., None] + offsets, first[..., None])
 
   def read(self, rows: tf.Tensor) -> Any:
     """The stored steps at `rows` (any shape), floats cast, frames stacked."""
+    return tree.unflatten_as(self.data_spec, self._read_leaves(rows, None))
+
+  def read_fields(self, rows: tf.Tensor, fields: Sequence[str]
+                  ) -> dict[str, tf.Tensor]:
+    """Only the top-level fields `fields` (tensors, not nests) at `rows`:
+    what n-step sums need, without fetching any frame."""
+    paths = [path for path in self._paths if path[0] in fields]
+    leaves = self._read_leaves(rows, set(paths))
+    return {path[0]: leaf for path, leaf in zip(self._paths, leaves)
+            if path in paths}
+
+  def _read_leaves(self, rows: tf.Tensor,
+                   paths: Optional[set[tuple[Any, ...]]]) -> list[Any]:
+    """The leaves at `rows` in spec order; None for those `paths` leaves
+    out (None: every leaf)."""
     rows = tf.convert_to_tensor(rows)
+    wanted = [paths is None or path in paths for path in self._paths]
     gathered = {}
     for group, column in zip(self._groups, self._columns):
+      if not any(w for w, layout in zip(wanted, self._layout)
+                 if layout[0] == group):
+        continue
       dtype, stacked = group
       x = tf.gather(column, self.frame_rows(rows) if stacked else rows)
       if (self._float_dtype is not None and dtype.is_floating
@@ -348,33 +368,28 @@ class TransitionMemory(tf.Module):
     outer = (rows.shape.as_list() if rows.shape.is_fully_defined()
              else tf.shape(rows))
     leaves = []
-    for group, offset, width, shape in self._layout:
-      x = gathered[group][..., offset:offset + width]
+    for want, (group, offset, width, shape) in zip(wanted, self._layout):
+      if not want:
+        leaves.append(None)
+        continue
+      x = gathered[group]
+      if width != x.shape[-1]:
+        x = x[..., offset:offset + width]
       if group[1]:
-        leaves.append(self._stack(x, outer, shape, rows.shape.rank))
+        leaves.append(self._stack(x, outer, shape))
       elif isinstance(outer, list):
         leaves.append(tf.reshape(x, outer + shape))
       else:
         leaves.append(tf.reshape(x, tf.concat([outer, shape], 0)))
-    return tree.unflatten_as(self.data_spec, leaves)
+    return leaves
 
-  def _stack(self, frames: tf.Tensor, outer: Any, shape: list[int],
-             outer_rank: int) -> tf.Tensor:
-    """[..., k, H*W*C] flat frames -> [..., H, W, k] or [..., H, W, k*C]."""
-    k = self.frame_stack
+  def _stack(self, frames: tf.Tensor, outer: Any, shape: list[int]
+             ) -> tf.Tensor:
+    """[..., k, H*W*C] flat frames -> [..., k, H, W(, C)]."""
+    target = stacked_shape(shape, self.frame_stack)
     if isinstance(outer, list):
-      x = tf.reshape(frames, outer + [k] + shape)
-    else:
-      x = tf.reshape(frames, tf.concat([outer, [k], shape], 0))
-    # Move the frame axis after H and W (before C, if any).
-    perm = (list(range(outer_rank)) + [outer_rank + 1, outer_rank + 2,
-                                       outer_rank]
-            + list(range(outer_rank + 3, outer_rank + 1 + len(shape))))
-    x = tf.transpose(x, perm)
-    target = stacked_shape(shape, k)
-    if isinstance(outer, list):
-      return tf.reshape(x, outer + target)
-    return tf.reshape(x, tf.concat([outer, target], 0))
+      return tf.reshape(frames, outer + target)
+    return tf.reshape(frames, tf.concat([outer, target], 0))
 
   def transitions(self, rows: tf.Tensor, *, n_step: int = 1,
                   gamma: float = 0.99) -> Any:
@@ -391,7 +406,8 @@ class TransitionMemory(tf.Module):
       return self.read(tf.stack([rows, rows + 1], axis=1))
     offsets = tf.range(n_step, dtype=rows.dtype)
     window = tf.minimum(rows[:, None] + offsets[None, :], self.capacity - 1)
-    steps = self.read(window)  # [B, n, ...]
+    steps = self.read_fields(window, ('step_type', 'reward', 'discount'))
+    steps = types.SimpleNamespace(**steps)  # [B, n]
     # Transition t + k exists while none of the steps t + 1 .. t + k is an
     # episode's last step.
     is_last = tf.equal(tf.cast(steps.step_type[:, 1:], tf.int32), _LAST)
@@ -408,7 +424,8 @@ class TransitionMemory(tf.Module):
     n_discount = tf.reduce_prod(tf.where(alive, discount, 1.0), axis=1) * (
         gamma ** tf.cast(m - 1, tf.float32))
     pair = self.read(tf.stack([rows, rows + m], axis=1))
-    last_of_window = self.read(rows + m - 1)
+    last_of_window = types.SimpleNamespace(
+        **self.read_fields(rows + m - 1, ('next_step_type',)))
 
     def first_is(x, value):
       value = tf.cast(value, x.dtype)
