@@ -164,6 +164,14 @@ def test_cnn_actor_critic_updates_and_exports_its_actor():
   clear = _clear(logits)
   np.testing.assert_array_equal(policy.greedy(observation[:8])[clear],
                                 np.argmax(logits, -1)[clear])
+  # The in-process collector's TF sampler draws what the numpy policy
+  # draws from the same generator state.
+  sample = model.sampler(np.int64(0))
+  tf_actions, tf_log_probs = sample(observation, np.random.default_rng(9))
+  np_actions, np_log_probs = policy.sample(observation,
+                                           np.random.default_rng(9))
+  np.testing.assert_array_equal(tf_actions, np_actions)
+  np.testing.assert_allclose(tf_log_probs, np_log_probs, atol=1e-5)
 
 
 def test_colour_stacks_reach_the_channels_frame_major_in_every_runtime(

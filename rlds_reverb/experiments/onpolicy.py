@@ -308,6 +308,12 @@ class OnPolicyPhase:
     # episode starts: the first step after a (re)start is one).
     self._state = np.zeros(
         (agent_config.num_envs, agent_config.recurrent_size), np.float32)
+    # A CNN acts through its own graph (the numpy policy still evaluates
+    # and exports); an MLP's numpy forward is the faster one.
+    model = updater.model
+    self._sample = (model.sampler(this_run.policy.action_low)
+                    if isinstance(model, actor_critic.CnnActorCritic)
+                    else None)
 
   def _act_recurrent(self, observations: np.ndarray, starts: np.ndarray):
     actions, log_probs, self._state = self._run.policy.sample(
@@ -324,8 +330,9 @@ class OnPolicyPhase:
       rollout, returns, lengths = self._collector.collect(self._act_recurrent)
       rollout['initial_state'] = initial_state
     else:
+      sample = self._sample or policy.sample
       rollout, returns, lengths = self._collector.collect(
-          lambda obs, starts: policy.sample(obs, self._rng))
+          lambda obs, starts: sample(obs, self._rng))
     rollout['rollout'] = np.int64(number)
     rollout_queue.write(self._client, self._table, rollout,
                         address=self._client.server_address)

@@ -334,9 +334,7 @@ class Updater:
     """log pi(a|s), entropy and V(s) of the batch's steps, flattened."""
     model = self.model
     if not model.recurrent:
-      log_prob, entropy = model.log_prob_and_entropy(batch['observation'],
-                                                     batch['action'])
-      return log_prob, entropy, model.value(batch['observation'])
+      return model.evaluate(batch['observation'], batch['action'])
     states = model.unroll(batch['observation'], batch['episode_start'],
                           batch['initial_state'])
     features = tf.reshape(states, [-1, model.state_size])
