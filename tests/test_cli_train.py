@@ -366,6 +366,11 @@ def test_ppo_cartpole_run_resume_and_files(tmp_path):
   evals = [json.loads(line) for line in open(os.path.join(root,
                                                           'eval.jsonl'))]
   assert [e['env_steps'] for e in evals] == [1024, 2048]
+  # Rerun at its end: nothing to train or evaluate, the summary still
+  # holds the run's last evaluation.
+  third = _summary(_train(*common, '--steps', '2048'))
+  assert third['env_steps'] == 2048
+  assert third['average_return'] == evals[-1]['average_return']
   tags = _tensorboard_tags(root)
   assert {'train/approx_kl', 'train/clip_fraction', 'train/value_loss',
           'collect/return', 'eval/average_return'} <= tags

@@ -340,7 +340,7 @@ class OnlineBuilder:
            run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
           what='online training', unit='env step')
     this_run.export('policy.npz', env_steps=config.env_steps)
-    return this_run.last_record
+    return this_run.final_record()
 
   def close(self) -> None:
     if self._collector is not None:

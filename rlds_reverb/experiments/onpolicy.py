@@ -633,7 +633,7 @@ class OnPolicyBuilder:
            run.Every(config.checkpoint_interval, this_run.checkpoint)], bar,
           what='on-policy training', unit='env step')
     this_run.export('policy.npz', env_steps=config.env_steps)
-    return this_run.last_record
+    return this_run.final_record()
 
   def close(self) -> None:
     if self._collector is not None:

@@ -253,6 +253,14 @@ class Run:
   def agent(self) -> Any:
     return self.learner.agent
 
+  def final_record(self) -> dict:
+    """This stretch's last evaluation, else the run's last logged one (a
+    run resumed past its last evaluation, or at its end); {} if none."""
+    if self.last_record:
+      return self.last_record
+    records = self.learner.eval_records()
+    return records[-1] if records else {}
+
   def sync(self) -> None:
     """The actor acts with the learner's weights of now."""
     sync_policy(self.policy, self.agent, self.kind)
