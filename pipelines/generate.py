@@ -42,7 +42,10 @@ _POLICY = flags.DEFINE_string(
     'HalfCheetah-v5 also final, '
     'the last policy of an earlier 150k-step run; numpy snapshots acting '
     'stochastically, with exact action log-probs; see docs/datasets.md), '
-    'or the path of a policy .npz.')
+    'or the path of a policy .npz (for Atari, a categorical CNN policy as '
+    'pipelines.train --agent ppo/a2c/acktr exports it: it samples its '
+    'actions from its softmax, on stacks of its input\'s frame count, while '
+    'the data keeps one frame per step).')
 _DATASET_KIND = flags.DEFINE_enum(
     'dataset_kind', 'policy', list(recording.DATASET_KINDS),
     'policy: --episodes rollouts of --policy. medium-replay: the replay data '

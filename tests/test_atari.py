@@ -137,3 +137,43 @@ def test_online_dqn_on_pong_trains_checkpoints_and_resumes(tmp_path):
       show_progress=False)
   assert second['env_steps'] == 1100
   assert second['train_step'] == first['train_step'] + 50
+
+
+def test_recording_with_an_image_policy_acts_on_stacks_keeps_frames(
+    tmp_path):
+  """A categorical CNN policy (PPO's export) records Pong: the data keeps
+  one frame per step, and each step's stored log-probability is the
+  policy's for the stored action on the stack of that step's last 4
+  frames (the first repeated), so the policy saw the stacks the learner's
+  memory builds."""
+  from rlds_reverb.agents import actor_critic  # pylint: disable=g-import-not-at-top
+  tf.random.set_seed(1)
+  model = actor_critic.CnnActorCritic((4, 84, 84), num_actions=6)
+  for weight in model.actor.trainable_weights:  # Init gain 0.01: make the
+    weight.assign(weight * 300.0)  # log-probs depend on the stack.
+  policy = actor_critic.export(model, np.int64(0), np.int64(5))
+  path = str(tmp_path / 'cnn.npz')
+  policy.save(path)
+  recording.generate_dataset(
+      'ALE/Pong-v5', path, 1, str(tmp_path / 'data'), seed=5,
+      max_episode_steps=12, show_progress=False)
+  steps = next(iter(datasets.load(str(tmp_path / 'data'))))['steps']
+  steps = tree.map_structure(lambda x: x.numpy(),
+                             steps.batch(10**6).get_single_element())
+  frames = steps['observation']
+  assert frames.shape == (13, 84, 84)
+  stacks = np.stack([frames[np.maximum(np.arange(t - 3, t + 1), 0)]
+                     for t in range(12)])
+  logits = policy._last_layer(stacks)  # pylint: disable=protected-access
+  log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+  want = log_probs[np.arange(12), steps['action'][:12]]
+  assert np.ptp(log_probs[:, 0]) > 0.01  # The stacks matter.
+  np.testing.assert_allclose(steps['infos']['action_log_probs'][:12], want,
+                             atol=1e-5)
+  # A Q-network's argmax cannot sample: refused before recording.
+  q_path = str(tmp_path / 'q.npz')
+  dataclasses.replace(policy, head='q_argmax').save(q_path)
+  with pytest.raises(ValueError, match="recording takes a 'categorical'"):
+    recording.generate_dataset(
+        'ALE/Pong-v5', q_path, 1, str(tmp_path / 'q'), seed=5,
+        max_episode_steps=12, show_progress=False)

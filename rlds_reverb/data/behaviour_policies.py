@@ -69,22 +69,50 @@ def load_policy(name_or_path: str, env_id: str) -> numpy_policy.NumpyPolicy:
   return numpy_policy.load(str(path))
 
 
+def frame_stack_of(policy: numpy_policy.NumpyPolicy) -> int:
+  """Frames per stack an image policy takes (its input's first axis); 1
+  for a vector policy."""
+  if policy.conv_kernels is None or policy.input_shape is None:
+    return 1
+  return int(policy.input_shape[0])
+
+
 def as_recording_policy(policy: numpy_policy.NumpyPolicy,
                         observation_space: gym.spaces.Box,
-                        action_space: gym.spaces.Box, seed: int | None,
+                        action_space: gym.spaces.Space, seed: int | None,
                         what: str) -> Policy:
   """Wraps a numpy policy to sample actions (and log-probs) for `recording`;
-  a gaussian (PPO) head's actions are clipped to the bounds.
+  a gaussian (PPO) head's actions are clipped to the bounds. An image
+  policy acts on frame stacks ([k] + the env's frame shape,
+  `frame_stack_of`) while the data keeps one frame per step.
 
   Raises:
-    ValueError: the policy's observation or action size is not the env's.
+    ValueError: the policy's observations or actions are not the env's, or
+      a discrete env's policy cannot sample (a Q-network's argmax).
   """
-  obs_size = int(np.prod(observation_space.shape))
-  act_size = int(np.prod(action_space.shape))
-  if (policy.observation_size, policy.action_size) != (obs_size, act_size):
+  if policy.conv_kernels is not None:
+    frame = list(policy.input_shape or [])[1:]
+    if frame != list(observation_space.shape):
+      raise ValueError(
+          f'policy {what} takes stacks of frames {frame}; the env\'s frames '
+          f'are {list(observation_space.shape)}')
+  else:
+    obs_size = int(np.prod(observation_space.shape))
+    if policy.observation_size != obs_size:
+      raise ValueError(
+          f'policy {what} takes observations of size '
+          f'{policy.observation_size}; the env\'s have {obs_size}')
+  if isinstance(action_space, gym.spaces.Discrete):
+    outputs = int(policy.kernels[-1].shape[1])
+    if policy.head != 'categorical' or outputs != int(action_space.n):
+      raise ValueError(
+          f'policy {what} ({policy.head!r} head, {outputs} outputs) cannot '
+          f'sample the env\'s {int(action_space.n)} discrete actions: '
+          "recording takes a 'categorical' policy (PPO, A2C, ACKTR)")
+  elif policy.action_size != int(np.prod(action_space.shape)):
     raise ValueError(
-        f'policy {what} maps {policy.observation_size} observations to '
-        f'{policy.action_size} actions; the env has {obs_size} and {act_size}')
+        f'policy {what} gives actions of size {policy.action_size}; the '
+        f'env takes {int(np.prod(action_space.shape))}')
   rng = np.random.default_rng(seed)
   if policy.head != 'gaussian':
     return lambda observations: policy.sample(observations, rng)

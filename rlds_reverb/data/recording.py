@@ -200,7 +200,8 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
                     num_env_steps: int | None = None,
                     time_limit: int = 1,
                     seed: int | None = None,
-                    progress: tqdm.tqdm | None = None
+                    progress: tqdm.tqdm | None = None,
+                    frame_stack: int = 1
                     ) -> Iterator[tuple[int, dict[str, Any]]]:
   """Runs `envs` until `num_episodes` episodes finish, or until whole
   episodes hold `num_env_steps` transitions; yields them as RLDS.
@@ -223,6 +224,9 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
       `num_env_steps`.
     seed: passed to `envs.reset` (sub-env i gets seed + i).
     progress: a progress bar advanced by one per recorded env step.
+    frame_stack: on an image env, the policy sees stacks of this many
+      frames (as the learner's memory stacks them); the episodes keep one
+      frame per step.
 
   Yields:
     (episode index, episode) in the order episodes finish.
@@ -237,7 +241,8 @@ def record_episodes(envs: gym.vector.SyncVectorEnv, policy: Policy,
       max_env_steps=num_env_steps, episode_steps_bound=time_limit,
       keep_log_probs=True,
       observation_infos=(None if spec.qpos_shape is None
-                         else _physics_infos(envs)))
+                         else _physics_infos(envs)),
+      frame_stack=frame_stack)
   while not loop.done:
     finished: list[rollout.Episode] = []
     taken = loop.step(policy, finished.append)
@@ -261,14 +266,15 @@ ENCODINGS = ('rlds', 'tfds_d4rl')
 
 
 def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
-                seed: int | None) -> Policy:
-  """'random', a shipped policy name, or an .npz path -> a Policy."""
+                seed: int | None) -> tuple[Policy, int]:
+  """'random', a shipped policy name, or an .npz path -> (a Policy, the
+  frames per stack it acts on)."""
   if name in POLICIES:
-    return POLICIES[name](envs.single_action_space, seed)
+    return POLICIES[name](envs.single_action_space, seed), 1
   loaded = behaviour_policies.load_policy(name, env_id)
   return behaviour_policies.as_recording_policy(
       loaded, envs.single_observation_space, envs.single_action_space, seed,
-      name)
+      name), behaviour_policies.frame_stack_of(loaded)
 
 
 class _Segment(NamedTuple):
@@ -400,12 +406,13 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
       nonlocal steps
       offset = 0
       for segment in segments:
-        act = _policy_for(segment.policy, env_id, envs, segment.seed)
+        act, frame_stack = _policy_for(segment.policy, env_id, envs,
+                                       segment.seed)
         count = 0
         for key, episode in record_episodes(
             envs, act, segment.episodes, spec,
             num_env_steps=segment.env_steps, time_limit=time_limit,
-            seed=segment.seed, progress=bar):
+            seed=segment.seed, progress=bar, frame_stack=frame_stack):
           count += 1
           returns.append(float(np.sum(episode['steps']['reward'])))
           steps += len(episode['steps']['reward']) - 1
