@@ -202,6 +202,16 @@ class UniformAndEvictionTest(absltest.TestCase):
     # The steps once and a 4-byte index: at most 1.2x the raw steps.
     self.assertLess(memory.bytes, 1.2 * raw)
 
+  def test_read_fields_gives_those_fields_as_read_does(self):
+    memory, converted = _memory_with([5, 7])
+    memory.add(converted)
+    rows = tf.constant([[0, 1, 2], [6, 7, 8]])
+    whole = memory.read(rows)
+    part = memory.read_fields(rows, ('reward', 'discount'))
+    self.assertEqual(sorted(part), ['discount', 'reward'])
+    np.testing.assert_array_equal(part['reward'], whole.reward)
+    np.testing.assert_array_equal(part['discount'], whole.discount)
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -346,8 +346,9 @@ def episode_returns(memory: Any) -> np.ndarray:
   for _, start, length in memory.episode_rows():
     if length < 2:
       continue
-    steps = memory.read(np.arange(start, start + length - 1))
-    returns.append(float(np.sum(steps.reward.numpy(), dtype=np.float64)))
+    rewards = memory.read_fields(np.arange(start, start + length - 1),
+                                 ('reward',))['reward']
+    returns.append(float(np.sum(rewards.numpy(), dtype=np.float64)))
   return np.asarray(returns)
 
 

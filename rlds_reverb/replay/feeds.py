@@ -97,9 +97,11 @@ class ReturnToGoFeed(UniformFeed):
     for _, start, length in self.memory.episode_rows():
       if length < 2 or not touched[start:start + length].any():
         continue
-      steps = self.memory.read(np.arange(start, start + length - 1))
-      rewards = self.reward_scale * steps.reward.numpy().astype(np.float64)
-      discounts = steps.discount.numpy().astype(np.float64)
+      steps = self.memory.read_fields(np.arange(start, start + length - 1),
+                                      ('reward', 'discount'))
+      rewards = self.reward_scale * steps['reward'].numpy().astype(
+          np.float64)
+      discounts = steps['discount'].numpy().astype(np.float64)
       returns = np.zeros(length - 1)
       following = 0.0
       for t in range(length - 2, -1, -1):
