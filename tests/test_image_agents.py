@@ -107,7 +107,8 @@ def test_image_policy_names_a_wrong_observation():
   agent = registry.make_agent('dqn', time_step_spec, action_spec,
                               factory.AgentConfig())
   policy = dqn.export_q_policy(agent, action_spec)
-  with pytest.raises(ValueError, match=r'image stacks \[batch\] \+ \[4, 84, 84\]'):
+  with pytest.raises(ValueError,
+                     match=r'image stacks \[batch\] \+ \[4, 84, 84\]'):
     policy.greedy(np.zeros((1, 3, 84, 84), np.uint8))
 
 

@@ -36,7 +36,8 @@ def channels_last_shape(stack_shape: Sequence[int]) -> list[int]:
   return [height, width, k * channels]
 
 
-def stack_to_channels(stack_shape: Sequence[int]) -> list[tf.keras.layers.Layer]:
+def stack_to_channels(stack_shape: Sequence[int]
+                      ) -> list[tf.keras.layers.Layer]:
   """Keras layers from uint8 stacks [B, k, H, W(, C)] to float [B, H, W,
   k(*C)] in [0, 1]: scale first, so the move happens in float in-graph."""
   layers = [tf.keras.layers.Rescaling(PIXEL_SCALE)]

@@ -24,10 +24,10 @@ before it, oldest first, on a new leading axis ([H, W] -> [k, H, W];
 stored frames and nothing moves a byte after it (a channel-last stack
 would interleave the k frames byte by byte, a transpose that costs more
 than the gather; the networks move the axis themselves, in float, inside
-their graph). A stack never reaches into the episode before: its missing frames repeat the
-episode's first frame, as gymnasium's `FrameStackObservation` pads at a
-reset. Stacks are therefore never stored, and a transition's next
-observation is the stack one row on.
+their graph). A stack never reaches into the episode before: its missing
+frames repeat the episode's first frame, as gymnasium's
+`FrameStackObservation` pads at a reset. Stacks are therefore never
+stored, and a transition's next observation is the stack one row on.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ class TransitionMemory(tf.Module):
                name: str = 'transition_memory'):
     """`with_episode_bounds` also keeps, per row, the first and last row of
     its episode (hindsight relabelling draws goals from them; frame stacks
-    stop at the first). `frame_stack` is the frames per stack image observations
-    are read as (one: each frame alone, still [1, H, W(, C)])."""
+    stop at the first). `frame_stack` is the frames per stack image
+    observations are read as (1: each frame alone, still [1, H, W(, C)])."""
     super().__init__(name=name)
     self.capacity = _check_positive_int('capacity', capacity)
     self.frame_stack = _check_positive_int('frame_stack', frame_stack)
@@ -137,8 +137,8 @@ class TransitionMemory(tf.Module):
                                  name=f'{"frames" if group[1] else "rows"}_'
                                  f'{group[0].name}')
                      for group in self._groups]
-    with_episode_bounds = with_episode_bounds or (self.frame_stack > 1 and any(
-        stacked for _, stacked in self._groups))
+    with_episode_bounds = with_episode_bounds or (
+        self.frame_stack > 1 and any(stacked for _, stacked in self._groups))
     self._index = tf.Variable(tf.zeros([self.capacity], tf.int32),
                               trainable=False, name='transition_rows')
     self.num_transitions = tf.Variable(0, dtype=tf.int32, trainable=False,
