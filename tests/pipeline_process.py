@@ -1,8 +1,8 @@
 """A `python -m pipelines.<name>` left running, as the CLI tests drive it.
 
 The tests of push, serve and the server faults start a pipeline, wait for
-the lines it prints, then stop or kill it; they share this class and
-`unused_port`. `error_line`, the check of a failed run's stderr, serves
+the lines it prints, then stop or kill it; they share this class,
+`unused_port` and `reserved_port` (for a server restarted on its port). `error_line`, the check of a failed run's stderr, serves
 every CLI test (act and train too). Import with `from pipeline_process
 import ...`; conftest puts tests/ on sys.path.
 """
@@ -10,6 +10,7 @@ import ...`; conftest puts tests/ on sys.path.
 import os
 import pathlib
 import queue
+import random
 import re
 import signal
 import socket
@@ -30,6 +31,33 @@ def unused_port() -> int:
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
     s.bind(('localhost', 0))
     return s.getsockname()[1]
+
+
+# Ports a test restarts a server on come from here: below the kernel's
+# ephemeral range (where `bind(0)` and portpicker hand out the ports of every
+# other server of the suite) and above portpicker's fallback 15000-25000.
+# gRPC binds with SO_REUSEPORT, so had another xdist worker been handed the
+# port between a kill and the restart, both would listen on it and share
+# its connections (one such CI run timed out a fixture's first call).
+_RESERVED_PORTS = range(26000, 32000)
+
+
+def reserved_port() -> int:
+  """A loopback port nothing listens on now, from a range that no other
+  server of the suite is handed: for a server killed and restarted on the
+  same port."""
+  low = int(open('/proc/sys/net/ipv4/ip_local_port_range').read().split()[0])
+  ports = [p for p in _RESERVED_PORTS if p < low]
+  rng = random.Random()
+  for _ in range(100):
+    port = rng.choice(ports)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+      try:
+        s.bind(('localhost', port))
+      except OSError:
+        continue
+      return port
+  raise RuntimeError(f'no free port in {ports[0]}-{ports[-1]}')
 
 
 def error_line(run: Union[subprocess.CompletedProcess, str], prog: str) -> str:

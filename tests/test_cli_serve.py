@@ -23,7 +23,7 @@ from rlds_reverb.storage import tables
 import rlds_fixtures as fx  # pylint: disable=g-bad-import-order
 from pipeline_process import PipelineProcess  # pylint: disable=g-bad-import-order
 from pipeline_process import START_TIMEOUT_S  # pylint: disable=g-bad-import-order
-from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
+from pipeline_process import reserved_port  # pylint: disable=g-bad-import-order
 import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def assert_quiet(stderr: str) -> None:
 def test_periodic_checkpoints_survive_kill_and_restart_on_same_port(
     tiny_dataset, tmp_path):
   checkpoint_dir = tmp_path / 'ckpt'
-  port = unused_port()
+  port = reserved_port()
   serve = start_serve('--dataset', tiny_dataset, '--port', str(port),
                 '--checkpoint_dir', str(checkpoint_dir),
                 '--checkpoint_interval', '1', '--max_size', '1000',

@@ -25,7 +25,7 @@ from rlds_reverb.experiments import loop
 from rlds_reverb.experiments import run
 from conftest import _dqn  # pylint: disable=g-bad-import-order
 from pipeline_process import error_line  # pylint: disable=g-bad-import-order
-from pipeline_process import unused_port  # pylint: disable=g-bad-import-order
+from pipeline_process import reserved_port  # pylint: disable=g-bad-import-order
 import preloaded_cli  # pylint: disable=g-bad-import-order
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -169,7 +169,7 @@ def test_killed_server_ends_a_streaming_learner_or_is_waited_for(tmp_path):
   data = str(tmp_path / 'hc')
   recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=1,
                              max_episode_steps=30, show_progress=False)
-  port, checkpoints = unused_port(), str(tmp_path / 'ckpt')
+  port, checkpoints = reserved_port(), str(tmp_path / 'ckpt')
   address = f'localhost:{port}'
   server = _serve(data, port, checkpoints)
   learners = []
