@@ -83,6 +83,11 @@ _ENCODING = flags.DEFINE_enum(
     'real step of a terminated episode and on every last step), as '
     'd4rl_mujoco_hopper users get it. Both hold the same steps and give '
     'the same transitions (docs/datasets.md).')
+_EPSILON = flags.DEFINE_float(
+    'epsilon', 0.0, 'Exploration noise of a discrete --policy .npz (Atari): '
+    'each action is replaced by a uniform one with this probability, and '
+    'each step\'s infos/action_log_probs is the mixture\'s log-probability '
+    '(0: the policy\'s own samples; in [0, 1]).')
 _OVERWRITE = flags.DEFINE_bool(
     'overwrite', False, 'Replace --out if it already holds generated data.')
 
@@ -106,7 +111,8 @@ def main(argv: list[str]) -> None:
         seed=_SEED.value, num_envs=_NUM_ENVS.value,
         max_episode_steps=_MAX_EPISODE_STEPS.value,
         overwrite=_OVERWRITE.value, dataset_kind=_DATASET_KIND.value,
-        encoding=_ENCODING.value, num_env_steps=_ENV_STEPS.value)
+        encoding=_ENCODING.value, num_env_steps=_ENV_STEPS.value,
+        epsilon=_EPSILON.value)
   except cli.USER_ERRORS as e:
     cli.fail(_PROG, e)
   seconds = time.perf_counter() - start

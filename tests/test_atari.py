@@ -170,6 +170,25 @@ def test_recording_with_an_image_policy_acts_on_stacks_keeps_frames(
   assert np.ptp(log_probs[:, 0]) > 0.01  # The stacks matter.
   np.testing.assert_allclose(steps['infos']['action_log_probs'][:12], want,
                              atol=1e-5)
+  # Exploration noise: with epsilon 0.5 each stored log-probability is the
+  # mixture's, log(0.5 pi(a|s) + 0.5 / 6).
+  recording.generate_dataset(
+      'ALE/Pong-v5', path, 1, str(tmp_path / 'noisy'), seed=5,
+      max_episode_steps=12, show_progress=False, epsilon=0.5)
+  noisy = next(iter(datasets.load(str(tmp_path / 'noisy'))))['steps']
+  noisy = tree.map_structure(lambda x: x.numpy(),
+                             noisy.batch(10**6).get_single_element())
+  frames = noisy['observation']
+  stacks = np.stack([frames[np.maximum(np.arange(t - 3, t + 1), 0)]
+                     for t in range(12)])
+  mixed = np.log(0.5 * np.exp(policy.action_log_probs(stacks)) + 0.5 / 6)
+  np.testing.assert_allclose(noisy['infos']['action_log_probs'][:12],
+                             mixed[np.arange(12), noisy['action'][:12]],
+                             atol=1e-5)
+  with pytest.raises(ValueError, match='exploration noise of a policy'):
+    recording.generate_dataset(
+        'ALE/Pong-v5', 'random', 1, str(tmp_path / 'r'), epsilon=0.1,
+        max_episode_steps=12, show_progress=False)
   # A Q-network's argmax cannot sample: refused before recording.
   q_path = str(tmp_path / 'q.npz')
   dataclasses.replace(policy, head='q_argmax').save(q_path)

@@ -13,6 +13,8 @@ from rlds_reverb.agents import registry
 from rlds_reverb.agents import dqn
 from rlds_reverb.agents import export
 from conftest import _dqn  # pylint: disable=g-bad-import-order
+from conftest import chi_square  # pylint: disable=g-bad-import-order
+from conftest import chi_square_bound  # pylint: disable=g-bad-import-order
 
 
 def test_sampled_actions_have_the_tf_agents_log_prob(specs):
@@ -44,6 +46,21 @@ def test_epsilon_greedy_explores_at_the_given_rate(cartpole):
   assert dqn.epsilon(0, 100, 0.04) == 1.0
   assert dqn.epsilon(50, 100, 0.04) == pytest.approx(0.52)
   assert dqn.epsilon(500, 100, 0.04) == pytest.approx(0.04)
+
+
+def test_uniform_mixture_draws_its_frequencies_and_log_probs():
+  """(1 - eps) pi + eps / n, sampled: chi-square of 30,000 draws against
+  the mixture under `chi_square_bound` (exceeded with probability < 1e-6
+  by a correct sampler), and each draw's log-prob is the mixture's."""
+  pi = np.array([0.7, 0.2, 0.1])
+  mixed = numpy_policy.mix_uniform(np.log(np.tile(pi, (30_000, 1))), 0.3)
+  want = 0.7 * pi + 0.1
+  np.testing.assert_allclose(np.exp(mixed[0]), want)
+  actions, log_probs = numpy_policy.sample_categorical(
+      mixed, np.int64(0), np.random.default_rng(4))
+  counts = np.bincount(actions, minlength=3)
+  assert chi_square(counts, 30_000 * want) < chi_square_bound(2)
+  np.testing.assert_allclose(log_probs, np.log(want[actions]))
 
 
 def test_policy_file_errors(tmp_path):

@@ -102,6 +102,15 @@ def sample_categorical(logits: np.ndarray, action_low: Any,
   return (chosen + low).astype(np.int64), log_prob
 
 
+def mix_uniform(log_probs: np.ndarray, epsilon: float) -> np.ndarray:
+  """log((1 - epsilon) pi + epsilon / n): the distribution of a policy
+  whose action is replaced by a uniform one with probability `epsilon`
+  (exploration noise on discrete actions, as DQN's epsilon-greedy)."""
+  n = log_probs.shape[-1]
+  return np.log((1.0 - epsilon) * np.exp(np.asarray(log_probs, np.float64))
+                + epsilon / n)
+
+
 @dataclasses.dataclass
 class NumpyPolicy:
   """An MLP actor: relu hidden layers, linear last layer, a head on top.
@@ -211,6 +220,14 @@ class NumpyPolicy:
     if self.head == 'tanh_normal':
       out = out[..., :self.action_size]
     return (self._center + self._magnitude * np.tanh(out)).astype(np.float32)
+
+  def action_log_probs(self, observations: np.ndarray) -> np.ndarray:
+    """A categorical policy's log-probabilities of every action [B, n]."""
+    if self.head != 'categorical':
+      raise ValueError("action_log_probs needs a 'categorical' head, not "
+                       f'{self.head!r}')
+    logits = self._last_layer(observations).astype(np.float64)
+    return logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
 
   def sample(self, observations: np.ndarray, rng: np.random.Generator,
              noise_std: float = 0.0) -> tuple[np.ndarray, np.ndarray]:

@@ -80,11 +80,13 @@ def frame_stack_of(policy: numpy_policy.NumpyPolicy) -> int:
 def as_recording_policy(policy: numpy_policy.NumpyPolicy,
                         observation_space: gym.spaces.Box,
                         action_space: gym.spaces.Space, seed: int | None,
-                        what: str) -> Policy:
+                        what: str, epsilon: float = 0.0) -> Policy:
   """Wraps a numpy policy to sample actions (and log-probs) for `recording`;
   a gaussian (PPO) head's actions are clipped to the bounds. An image
   policy acts on frame stacks ([k] + the env's frame shape,
-  `frame_stack_of`) while the data keeps one frame per step.
+  `frame_stack_of`) while the data keeps one frame per step. `epsilon` > 0
+  (discrete actions) replaces the policy's action by a uniform one with
+  that probability; the stored log-probability is the mixture's.
 
   Raises:
     ValueError: the policy's observations or actions are not the env's, or
@@ -113,7 +115,16 @@ def as_recording_policy(policy: numpy_policy.NumpyPolicy,
     raise ValueError(
         f'policy {what} gives actions of size {policy.action_size}; the '
         f'env takes {int(np.prod(action_space.shape))}')
+  if not 0.0 <= epsilon <= 1.0:
+    raise ValueError(f'epsilon must be in [0, 1], got {epsilon}')
   rng = np.random.default_rng(seed)
+  if epsilon > 0:
+    if not isinstance(action_space, gym.spaces.Discrete):
+      raise ValueError(f'epsilon {epsilon} mixes uniform discrete actions '
+                       f'in; the env\'s actions are {action_space}')
+    return lambda observations: numpy_policy.sample_categorical(
+        numpy_policy.mix_uniform(policy.action_log_probs(observations),
+                                 epsilon), policy.action_low, rng)
   if policy.head != 'gaussian':
     return lambda observations: policy.sample(observations, rng)
 

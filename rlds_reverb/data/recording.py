@@ -266,7 +266,8 @@ ENCODINGS = ('rlds', 'tfds_d4rl')
 
 
 def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
-                seed: int | None) -> tuple[Policy, int]:
+                seed: int | None, epsilon: float = 0.0
+                ) -> tuple[Policy, int]:
   """'random', a shipped policy name, or an .npz path -> (a Policy, the
   frames per stack it acts on)."""
   if name in POLICIES:
@@ -274,7 +275,7 @@ def _policy_for(name: str, env_id: str, envs: gym.vector.SyncVectorEnv,
   loaded = behaviour_policies.load_policy(name, env_id)
   return behaviour_policies.as_recording_policy(
       loaded, envs.single_observation_space, envs.single_action_space, seed,
-      name), behaviour_policies.frame_stack_of(loaded)
+      name, epsilon), behaviour_policies.frame_stack_of(loaded)
 
 
 class _Segment(NamedTuple):
@@ -325,7 +326,8 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
                      overwrite: bool = False, dataset_kind: str = 'policy',
                      show_progress: bool = True,
                      encoding: str = 'rlds',
-                     num_env_steps: int | None = None) -> GenerateSummary:
+                     num_env_steps: int | None = None,
+                     epsilon: float = 0.0) -> GenerateSummary:
   """Records rollouts of a behaviour policy in `env_id` as a TFDS dataset.
 
   On success `out_dir` holds `<name>/1.0.0/` (a standard TFDS dataset) and
@@ -354,6 +356,9 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     num_env_steps: instead of `num_episodes`: whole episodes until they
       hold at least this many transitions (of each half, for
       'medium-expert'), as D4RL sizes its datasets.
+    epsilon: exploration noise of a discrete policy .npz: its action is
+      replaced by a uniform one with this probability (the stored
+      log-probabilities are the mixture's).
 
   Returns:
     A GenerateSummary.
@@ -376,6 +381,10 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
       behaviour_policies.load_policy(name, env_id)  # Fails early if absent.
   if dataset_kind == 'policy' and policy not in POLICIES:
     behaviour_policies.load_policy(policy, env_id)  # Fails early if unknown.
+  if epsilon and (dataset_kind != 'policy' or policy in POLICIES):
+    raise ValueError(f'epsilon {epsilon} is the exploration noise of a policy '
+                     f'.npz (dataset kind policy), not of {policy!r} '
+                     f'({dataset_kind})')
   if dataset_kind != 'medium-replay':
     if (num_episodes is None) == (num_env_steps is None):
       raise ValueError('give one of num_episodes and num_env_steps, got '
@@ -407,7 +416,7 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
       offset = 0
       for segment in segments:
         act, frame_stack = _policy_for(segment.policy, env_id, envs,
-                                       segment.seed)
+                                       segment.seed, epsilon)
         count = 0
         for key, episode in record_episodes(
             envs, act, segment.episodes, spec,
@@ -432,7 +441,8 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
           name=dataset_name(env_id, os.path.basename(label).split('.')[0]),
           spec=spec, description=(
               f'{_size(segments)} of {env_id}, {label} '
-              f'(seed {seed}, time limit {time_limit}), recorded by '
+              f'(seed {seed}, time limit {time_limit}'
+              f'{f", epsilon {epsilon}" if epsilon else ""}), recorded by '
               'rlds_reverb.data.recording.generate_dataset.'))
       bar.total = bar.n  # Episodes that terminated early end the bar short.
   finally:
