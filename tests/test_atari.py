@@ -139,6 +139,13 @@ def test_online_dqn_on_pong_trains_checkpoints_and_resumes(tmp_path):
   assert second['train_step'] == first['train_step'] + 50
 
 
+def _stacks_of(frames: np.ndarray, steps: int) -> np.ndarray:
+  """The 4-frame stacks of steps 0 .. steps-1, the first frame repeated
+  before the start, built by hand from the stored frames."""
+  return np.stack([frames[np.maximum(np.arange(t - 3, t + 1), 0)]
+                   for t in range(steps)])
+
+
 def test_recording_with_an_image_policy_acts_on_stacks_keeps_frames(
     tmp_path):
   """A categorical CNN policy (PPO's export) records Pong: the data keeps
@@ -162,8 +169,7 @@ def test_recording_with_an_image_policy_acts_on_stacks_keeps_frames(
                              steps.batch(10**6).get_single_element())
   frames = steps['observation']
   assert frames.shape == (13, 84, 84)
-  stacks = np.stack([frames[np.maximum(np.arange(t - 3, t + 1), 0)]
-                     for t in range(12)])
+  stacks = _stacks_of(frames, 12)
   logits = policy._last_layer(stacks)  # pylint: disable=protected-access
   log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
   want = log_probs[np.arange(12), steps['action'][:12]]
@@ -179,8 +185,7 @@ def test_recording_with_an_image_policy_acts_on_stacks_keeps_frames(
   noisy = tree.map_structure(lambda x: x.numpy(),
                              noisy.batch(10**6).get_single_element())
   frames = noisy['observation']
-  stacks = np.stack([frames[np.maximum(np.arange(t - 3, t + 1), 0)]
-                     for t in range(12)])
+  stacks = _stacks_of(frames, 12)
   mixed = np.log(0.5 * np.exp(policy.action_log_probs(stacks)) + 0.5 / 6)
   np.testing.assert_allclose(noisy['infos']['action_log_probs'][:12],
                              mixed[np.arange(12), noisy['action'][:12]],

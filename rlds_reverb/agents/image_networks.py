@@ -36,17 +36,22 @@ def channels_last_shape(stack_shape: Sequence[int]) -> list[int]:
   return [height, width, k * channels]
 
 
+def frames_to_channels(stack_shape: Sequence[int]
+                       ) -> list[tf.keras.layers.Layer]:
+  """Keras layers (no weights) from stacks [B, k, H, W(, C)] to
+  [B, H, W, k(*C)]."""
+  if len(stack_shape) == 3:
+    return [tf.keras.layers.Permute((2, 3, 1))]
+  return [tf.keras.layers.Permute((2, 3, 1, 4)),
+          tf.keras.layers.Reshape(channels_last_shape(stack_shape))]
+
+
 def stack_to_channels(stack_shape: Sequence[int]
                       ) -> list[tf.keras.layers.Layer]:
   """Keras layers from uint8 stacks [B, k, H, W(, C)] to float [B, H, W,
   k(*C)] in [0, 1]: scale first, so the move happens in float in-graph."""
-  layers = [tf.keras.layers.Rescaling(PIXEL_SCALE)]
-  if len(stack_shape) == 3:
-    layers.append(tf.keras.layers.Permute((2, 3, 1)))
-  else:
-    layers += [tf.keras.layers.Permute((2, 3, 1, 4)),
-               tf.keras.layers.Reshape(channels_last_shape(stack_shape))]
-  return layers
+  return ([tf.keras.layers.Rescaling(PIXEL_SCALE)]
+          + frames_to_channels(stack_shape))
 
 
 def encoder_kwargs(observation_spec: Any,

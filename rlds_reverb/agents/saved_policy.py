@@ -103,10 +103,8 @@ class MlpPolicy(tf_policy.TFPolicy):
     p = self._np_policy
     if p.obs_scale is not None:
       x = x * p.obs_scale
-    # Frame-major stacks [B, k, H, W(, C)] -> [B, H, W, k(*C)].
-    perm = [0, 2, 3, 1] + ([4] if len(p.input_shape) == 4 else [])
-    x = tf.reshape(tf.transpose(x, perm), [-1] + image_networks
-                   .channels_last_shape(p.input_shape))
+    for layer in image_networks.frames_to_channels(p.input_shape):
+      x = layer(x)
     for kernel, bias, stride in zip(p.conv_kernels, p.conv_biases,
                                     p.conv_strides):
       x = tf.nn.relu(tf.nn.conv2d(x, tf.constant(kernel, tf.float32),

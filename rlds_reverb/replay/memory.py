@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import types
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -407,16 +406,15 @@ class TransitionMemory(tf.Module):
     offsets = tf.range(n_step, dtype=rows.dtype)
     window = tf.minimum(rows[:, None] + offsets[None, :], self.capacity - 1)
     steps = self.read_fields(window, ('step_type', 'reward', 'discount'))
-    steps = types.SimpleNamespace(**steps)  # [B, n]
     # Transition t + k exists while none of the steps t + 1 .. t + k is an
     # episode's last step.
-    is_last = tf.equal(tf.cast(steps.step_type[:, 1:], tf.int32), _LAST)
+    is_last = tf.equal(tf.cast(steps['step_type'][:, 1:], tf.int32), _LAST)
     alive = tf.concat([tf.ones_like(rows[:, None], tf.bool),
                        tf.equal(tf.cumsum(tf.cast(is_last, tf.int32),
                                           axis=1), 0)], axis=1)
     alive_f = tf.cast(alive, tf.float32)
-    discount = tf.cast(steps.discount, tf.float32) * alive_f
-    reward = tf.cast(steps.reward, tf.float32) * alive_f
+    discount = tf.cast(steps['discount'], tf.float32) * alive_f
+    reward = tf.cast(steps['reward'], tf.float32) * alive_f
     # Discount applied before reward k: gamma^k * d_t ... d_{t+k-1}.
     before = tf.math.cumprod(gamma * discount, axis=1, exclusive=True)
     n_reward = tf.reduce_sum(before * reward, axis=1)
@@ -424,8 +422,8 @@ class TransitionMemory(tf.Module):
     n_discount = tf.reduce_prod(tf.where(alive, discount, 1.0), axis=1) * (
         gamma ** tf.cast(m - 1, tf.float32))
     pair = self.read(tf.stack([rows, rows + m], axis=1))
-    last_of_window = types.SimpleNamespace(
-        **self.read_fields(rows + m - 1, ('next_step_type',)))
+    next_step_type = self.read_fields(rows + m - 1,
+                                      ('next_step_type',))['next_step_type']
 
     def first_is(x, value):
       value = tf.cast(value, x.dtype)
@@ -434,8 +432,7 @@ class TransitionMemory(tf.Module):
     return pair._replace(
         reward=first_is(pair.reward, n_reward),
         discount=first_is(pair.discount, n_discount),
-        next_step_type=first_is(pair.next_step_type,
-                                last_of_window.next_step_type))
+        next_step_type=first_is(pair.next_step_type, next_step_type))
 
   def sample(self, batch_size: int, *, n_step: int = 1,
              gamma: float = 0.99) -> Any:
