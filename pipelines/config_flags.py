@@ -65,6 +65,10 @@ def agent_defaults(cls: type, setting: settings.Setting) -> list[str]:
       notes.append(f'{agent} {shown(continuous)}')
     if discrete != continuous:
       notes.append(f'{agent} on discrete actions {shown(discrete)}')
+    image = configs.defaults(cls, agent, discrete=True, image=True).get(
+        setting.path, setting.default)
+    if image != discrete:
+      notes.append(f'{agent} on Atari {shown(image)}')
   if cls is configs.OnlineConfig and setting.path in configs.ONLINE_HER_DEFAULTS:
     notes.append(f'online HER {configs.ONLINE_HER_DEFAULTS[setting.path]}')
   return notes

@@ -79,7 +79,8 @@ def test_generated_flags_say_what_the_fields_say(flag_values):
     else:  # Several modes' defaults (or a switch): each said in the help.
       assert flag.default is None, name
   assert flag_values['batch_size'].default == 256
-  assert "rebrac 1024; dqn 64" in flag_values['batch_size'].help
+  assert ("rebrac 1024; discrete_bc on Atari 32; discrete_cql on Atari 32; "
+          "dqn 64") in flag_values['batch_size'].help
   assert 'Default: offline 300000, online 300000, on-policy 1000000' in (
       flag_values['steps'].help)
 
@@ -130,6 +131,32 @@ def test_precedence_flag_over_gin_over_agent_default_over_field():
   assert make().agent_config.gamma == 0.9
   assert make(batch_size=8).batch_size == 8  # Given over gin.
   assert make(**{'agent_config.gamma': 0.5}).agent_config.gamma == 0.5
+
+
+def test_offline_discrete_learners_on_atari_take_the_cnn_defaults():
+  make = lambda agent, env, **given: configs.make(
+      configs.OfflineConfig, agent,
+      {'root_dir': 'r', 'dataset': 'd', 'env': env, **given})
+  for agent in ('discrete_bc', 'discrete_cql'):
+    atari = make(agent, 'ALE/Pong-v5')
+    assert atari.batch_size == 32
+    assert atari.agent_config.dqn_learning_rate == 1e-4
+    assert atari.agent_config.target_update_period == (
+        2000 if agent == 'discrete_cql' else 128)  # BC has no target.
+    vectors = make(agent, 'CartPole-v1')  # The fields' own.
+    assert vectors.batch_size == 256
+    assert vectors.agent_config.dqn_learning_rate == 2.3e-3
+    assert vectors.agent_config.target_update_period == 128
+  # Given settings and gin still come first; other learners are untouched.
+  assert make('discrete_cql', 'ALE/Pong-v5', batch_size=64).batch_size == 64
+  gin.parse_config(['AgentConfig.dqn_learning_rate = 5e-5'])
+  assert make('discrete_cql', 'ALE/Pong-v5').agent_config.dqn_learning_rate \
+      == 5e-5
+  assert make('td3_bc', 'ALE/Pong-v5').batch_size == 256
+  help_ = config_flags.help_text([(configs.OfflineConfig, next(
+      s for s in settings.fields(configs.OfflineConfig)
+      if s.path == 'batch_size'))])
+  assert 'discrete_cql on Atari 32' in help_
 
 
 def test_each_setting_is_declared_in_one_class():

@@ -93,7 +93,8 @@ class AgentConfig:
   """CQL-SAC: the first N gradient steps train the actor by behaviour cloning
   (kumar20: 10k of 1M steps)."""
   dqn_learning_rate: float = settings.setting(2.3e-3, lower=0)
-  """dqn: Adam learning rate of the Q-network (RL Zoo's CartPole-v1 value)."""
+  """dqn, discrete_bc, discrete_cql: Adam learning rate of the Q-network
+  (RL Zoo's CartPole-v1 value)."""
   q_layers: tuple[int, ...] = (256, 256)
   """dqn: hidden layer widths of the Q-network (RL Zoo's CartPole-v1)."""
   double_dqn: bool = settings.setting(False, flag='double')
@@ -102,8 +103,8 @@ class AgentConfig:
   dueling: bool = False
   """dqn: dueling Q-network, Q = V + A - mean(A)."""
   target_update_period: int = settings.setting(128, lower=1)
-  """dqn: gradient steps between copies of the Q-network into the target
-  network."""
+  """dqn, discrete_cql: gradient steps between copies of the Q-network into
+  the target network."""
   gradient_clipping: Optional[float] = 10.0
   """dqn: gradient norm clipping (`DqnAgent`'s gradient_clipping); None:
   off."""

@@ -44,6 +44,13 @@ _MODE_WORDS = {OFFLINE: 'offline', ONLINE: 'online from scratch',
                ONPOLICY: 'on-policy'}
 CONTINUOUS, DISCRETE, BOTH = 'continuous', 'discrete', 'both'
 _TWO, _THREE = (256, 256), (256, 256, 256)
+# Offline discrete learners on Atari frame stacks: batch 32 and, for CQL, a
+# target network copied every 2,000 gradient steps (8,000 agent steps at one
+# update per 4), the DQN settings of Agarwal et al. 2020's offline Atari
+# runs, which Kumar et al. 2020 train CQL with; Adam at 1e-4 (RL Zoo's Atari
+# DQN rate; Dopamine's 5e-5 is for runs of millions of steps).
+_ATARI_OFFLINE = (('batch_size', 32),
+                  ('agent_config.dqn_learning_rate', 1e-4))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +109,10 @@ class AgentRecord:
   ReBRAC's batches, on-policy checkpoint intervals)."""
   discrete_run_defaults: tuple[tuple[str, Any], ...] = ()
   """The same for envs with discrete actions (on-policy CartPole budgets)."""
+  image_run_defaults: tuple[tuple[str, Any], ...] = ()
+  """The same for image observations, over the discrete ones (offline
+  learners on recorded Atari: a CNN takes another step size and batch than
+  an MLP on CartPole)."""
   minibatch_epochs: bool = False
   """Several epochs of clipped minibatch updates per rollout (PPO): the
   epochs, minibatches and clipping settings apply to it."""
@@ -109,11 +120,14 @@ class AgentRecord:
   """Steps with K-FAC's natural gradient (ACKTR): the kfac settings apply
   to it."""
 
-  def run_defaults_for(self, discrete: bool = False) -> dict[str, Any]:
+  def run_defaults_for(self, discrete: bool = False, image: bool = False
+                       ) -> dict[str, Any]:
     """{run config field path: value} of this agent's own defaults."""
     defaults = dict(self.run_defaults)
     if discrete:
       defaults.update(self.discrete_run_defaults)
+    if image:
+      defaults.update(self.image_run_defaults)
     return defaults
 
   def trains(self, mode: str, her: bool = False) -> bool:
@@ -206,12 +220,15 @@ _RECORDS = (
     AgentRecord(
         'discrete_bc', (OFFLINE,), Published(
             'behaviour cloning, discrete actions (RL Unplugged Atari)'),
-        make=discrete.make_discrete_bc, head='q_argmax', actions=DISCRETE),
+        make=discrete.make_discrete_bc, head='q_argmax', actions=DISCRETE,
+        image_run_defaults=_ATARI_OFFLINE),
     AgentRecord(
         'discrete_cql', (OFFLINE,), Published(
             'Kumar et al. 2020, CQL(H) on DQN'),
         make=discrete.make_discrete_cql, head='q_argmax', actions=DISCRETE,
-        method_config=discrete.DiscreteCqlConfig),
+        method_config=discrete.DiscreteCqlConfig,
+        image_run_defaults=(*_ATARI_OFFLINE,
+                            ('agent_config.target_update_period', 2000))),
     AgentRecord(
         'ppo', (ONPOLICY,), Published(
             'the seed A2C/PPO codebase (PPO, Schulman et al. 2017)'),

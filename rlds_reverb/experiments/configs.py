@@ -25,6 +25,7 @@ from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
 from rlds_reverb.agents.onpolicy import ppo
 from rlds_reverb import settings
+from rlds_reverb.acting import atari
 from rlds_reverb.acting import envs
 from rlds_reverb.replay import her
 from rlds_reverb.replay import per
@@ -290,7 +291,7 @@ def defaults(cls: type, agent: str, *, discrete: bool = False,
   found: dict[str, Any] = {}
   if cls is OnlineConfig and her_run:
     found.update(ONLINE_HER_DEFAULTS)
-  found.update(registry.get(agent).run_defaults_for(discrete))
+  found.update(registry.get(agent).run_defaults_for(discrete, image))
   if cls is OnPolicyConfig:
     if image:
       found.update(ONPOLICY_IMAGE_DEFAULTS)
@@ -333,7 +334,7 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
   strategy is given, per_config's beta_steps spans the run's gradient
   steps and agent_config takes the run's seed and offline budget unless
   set. `discrete` (on-policy defaults): None reads the env's action
-  space."""
+  space; offline runs on an Atari env (ALE/...) take its image defaults."""
   her_run = 'her_config.strategy' in given
   image = False
   if discrete is None:  # On-policy defaults follow the env's actions.
@@ -342,6 +343,9 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
       top = settings.build(cls, {**settings.top(given), 'agent': agent})
       specs = envs.env_specs(top.env, frame_stack=top.frame_stack)
       discrete, image = specs.discrete, specs.image
+    elif cls is OfflineConfig:  # Recorded Atari: frames, discrete actions.
+      top = settings.build(cls, {**settings.top(given), 'agent': agent})
+      discrete = image = atari.is_atari(top.env)
   preset = defaults(cls, agent, discrete=discrete, her_run=her_run,
                     image=image)
   config = settings.build(cls, {**settings.top(given), 'agent': agent},
