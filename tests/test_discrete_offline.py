@@ -119,3 +119,29 @@ def test_offline_cql_on_recorded_pong_exports_an_image_policy(tmp_path):
         agent='discrete_bc', env='HalfCheetah-v5', dataset=str(data),
         root_dir=str(tmp_path / 'other'), train_steps=1),
                           show_progress=False)
+
+
+@pytest.mark.parametrize('kind', ['dqn', 'discrete_bc', 'discrete_cql'])
+def test_the_synced_policy_acts_with_the_trained_encoder(kind):
+  """Evaluation and actors act through a numpy copy that each sync
+  refreshes: on frame stacks the copy's convolutions must follow the
+  learner's too, not only its Dense layers (else a trained learner acts
+  with its initial encoder)."""
+  from rlds_reverb.agents import dqn  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.experiments import run  # pylint: disable=g-import-not-at-top
+  tf.random.set_seed(0)
+  frames = tensor_spec.BoundedTensorSpec((4, 84, 84), tf.uint8, 0, 255)
+  action = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 5)
+  agent = registry.make_agent(kind, ts.time_step_spec(frames), action,
+                              factory.AgentConfig(seed=0))
+  policy = dqn.export_q_policy(agent, action)
+  rng = np.random.default_rng(0)
+  for variable in agent._q_network.trainable_variables:  # pylint: disable=protected-access
+    variable.assign(variable + rng.normal(
+        0, 0.05, variable.shape).astype(np.float32))  # "Training".
+  stacks = rng.integers(0, 256, (16, 4, 84, 84), dtype=np.uint8)
+  want = agent._q_network(tf.constant(stacks))[0].numpy()  # pylint: disable=protected-access
+  assert not np.allclose(policy._last_layer(stacks), want, atol=1e-3)  # pylint: disable=protected-access
+  run.sync_policy(policy, agent, kind)
+  np.testing.assert_allclose(policy._last_layer(stacks), want, rtol=1e-4,  # pylint: disable=protected-access
+                             atol=1e-4)

@@ -139,6 +139,18 @@ def export_q_policy(agent: dqn_agent.DqnAgent, action_spec: Any,
       metadata=dict(metadata or {}))
 
 
+def update_q_policy(policy: numpy_policy.NumpyPolicy,
+                    agent: dqn_agent.DqnAgent) -> None:
+  """Refreshes an exported Q policy in place from the agent (the actor's
+  and the evaluator's sync): the Dense layers and, for frame stacks, the
+  encoder's convolutions, which act as much as the Dense layers do."""
+  policy.kernels, policy.biases = q_layers(agent._q_network)  # pylint: disable=protected-access
+  convs = export.conv_weights(agent._q_network)  # pylint: disable=protected-access
+  if convs:
+    policy.conv_kernels = convs['conv_kernels']
+    policy.conv_biases = convs['conv_biases']
+
+
 def epsilon(env_steps: int, decay_steps: int, final: float,
             start: float = 1.0) -> float:
   """Linear exploration schedule: `start` at step 0, `final` from decay_steps."""

@@ -218,7 +218,7 @@ def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,
   if isinstance(agent, actor_critic.MODELS):
     actor_critic.update_weights(policy, agent)
   elif registry.get(kind).head == 'q_argmax':
-    policy.kernels, policy.biases = dqn.q_layers(agent._q_network)  # pylint: disable=protected-access
+    dqn.update_q_policy(policy, agent)
   else:
     export.update_weights(policy, factory.actor_network(agent))
 
