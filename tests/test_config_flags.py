@@ -80,7 +80,7 @@ def test_generated_flags_say_what_the_fields_say(flag_values):
       assert flag.default is None, name
   assert flag_values['batch_size'].default == 256
   assert ("rebrac 1024; discrete_bc on Atari 32; discrete_cql on Atari 32; "
-          "dqn 64") in flag_values['batch_size'].help
+          "dqn 64; dqn on Atari 32") in flag_values['batch_size'].help
   assert 'Default: offline 300000, online 300000, on-policy 1000000' in (
       flag_values['steps'].help)
 
@@ -157,6 +157,28 @@ def test_offline_discrete_learners_on_atari_take_the_cnn_defaults():
       s for s in settings.fields(configs.OfflineConfig)
       if s.path == 'batch_size'))])
   assert 'discrete_cql on Atari 32' in help_
+
+
+def test_online_dqn_on_atari_takes_rl_zoos_atari_schedule():
+  make = lambda env, **given: configs.make(
+      configs.OnlineConfig, 'dqn', {'root_dir': 'r', 'env': env, **given})
+  atari = make('ALE/Pong-v5')
+  assert (atari.env_steps, atari.initial_collect_steps) == (10_000_000,
+                                                            100_000)
+  assert (atari.batch_size, atari.replay_size) == (32, 100_000)
+  assert (atari.epsilon_final, atari.exploration_fraction) == (0.01, 0.1)
+  assert atari.train_every * atari.utd == 250  # One update per 4 steps.
+  assert atari.agent_config.dqn_learning_rate == 1e-4
+  assert atari.agent_config.target_update_period == 250  # 1,000 steps.
+  cartpole = make('CartPole-v1')  # RL Zoo's CartPole schedule stays.
+  assert (cartpole.env_steps, cartpole.batch_size) == (50_000, 64)
+  assert cartpole.agent_config.dqn_learning_rate == 2.3e-3
+  assert cartpole.epsilon_final == 0.04
+  assert make('ALE/Pong-v5', env_steps=2000).env_steps == 2000
+  help_ = config_flags.help_text([(configs.OnlineConfig, next(
+      s for s in settings.fields(configs.OnlineConfig)
+      if s.path == 'initial_collect_steps'))])
+  assert 'dqn on Atari 100000' in help_
 
 
 def test_each_setting_is_declared_in_one_class():

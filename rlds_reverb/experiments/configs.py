@@ -334,7 +334,8 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
   strategy is given, per_config's beta_steps spans the run's gradient
   steps and agent_config takes the run's seed and offline budget unless
   set. `discrete` (on-policy defaults): None reads the env's action
-  space; offline runs on an Atari env (ALE/...) take its image defaults."""
+  space; offline and online runs on an Atari env (ALE/...) take its image
+  defaults."""
   her_run = 'her_config.strategy' in given
   image = False
   if discrete is None:  # On-policy defaults follow the env's actions.
@@ -343,7 +344,7 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
       top = settings.build(cls, {**settings.top(given), 'agent': agent})
       specs = envs.env_specs(top.env, frame_stack=top.frame_stack)
       discrete, image = specs.discrete, specs.image
-    elif cls is OfflineConfig:  # Recorded Atari: frames, discrete actions.
+    elif cls in (OfflineConfig, OnlineConfig):  # Atari: frames, discrete.
       top = settings.build(cls, {**settings.top(given), 'agent': agent})
       discrete = image = atari.is_atari(top.env)
   preset = defaults(cls, agent, discrete=discrete, her_run=her_run,
