@@ -74,12 +74,19 @@ def time_loop(step, seconds: float, warmup: int = 20) -> tuple[int, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=1_000_000)
-    p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--size", type=int, default=1_000_000,
+                   help="transitions each buffer holds, all filled before "
+                        "timing")
+    p.add_argument("--batch_size", type=int, default=256,
+                   help="transitions per sample call")
     p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per loop")
-    p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("--beta", type=float, default=0.4)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--alpha", type=float, default=0.6,
+                   help="prioritization exponent of the prioritized buffer")
+    p.add_argument("--beta", type=float, default=0.4,
+                   help="importance-sampling exponent passed to each "
+                        "prioritized sample")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random fill data and new priorities")
     args = p.parse_args()
 
     rng = np.random.default_rng(args.seed)

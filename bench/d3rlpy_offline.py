@@ -145,15 +145,21 @@ def reference_scores(path: str) -> dict[int, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps_npz", required=True, help="RLDS step rows from tools/rlds_npz.py")
-    p.add_argument("--agent", default="rebrac", choices=["rebrac", "td3_bc"])
+    p.add_argument("--agent", default="rebrac", choices=["rebrac", "td3_bc"],
+                   help="the d3rlpy algorithm trained: ReBRAC or TD3+BC")
     p.add_argument("--steps", type=int, default=100_000, help="gradient steps")
     p.add_argument("--eval_interval", type=int, default=5000, help="gradient steps between evaluations")
-    p.add_argument("--eval_episodes", type=int, default=10)
-    p.add_argument("--batch_size", type=int, default=1024)
+    p.add_argument("--eval_episodes", type=int, default=10,
+                   help="greedy episodes per evaluation")
+    p.add_argument("--batch_size", type=int, default=1024,
+                   help="transitions per gradient step")
     p.add_argument("--actor_beta", type=float, default=0.001, help="ReBRAC's actor BC coefficient")
     p.add_argument("--critic_beta", type=float, default=0.01, help="ReBRAC's critic BC coefficient")
-    p.add_argument("--env", default="HalfCheetah-v5")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--env", default="HalfCheetah-v5",
+                   help="gymnasium environment id the policy is evaluated on")
+    p.add_argument("--seed", type=int, default=0,
+                   help="d3rlpy's seed; evaluation episodes reset with seeds "
+                        "10000 + seed + i, as the project's")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--eval_log", default="", help="append each evaluation as a JSON line here")
     p.add_argument("--reference", default="", help="the project's eval.jsonl on the same data and seed")

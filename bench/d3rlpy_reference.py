@@ -74,13 +74,18 @@ def time_agent(algo, dataset, batch_size: int, seconds: float, warmup: int) -> d
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", default=",".join(AGENTS), help=f"comma-separated subset of {','.join(AGENTS)}")
-    p.add_argument("--batch_size", type=int, default=256)
+    p.add_argument("--batch_size", type=int, default=256,
+                   help="transitions per update step")
     p.add_argument("--seconds", type=float, default=10.0, help="timed seconds per agent")
     p.add_argument("--warmup", type=int, default=5, help="untimed update steps per agent")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    p.add_argument("--transitions", "--size", dest="transitions", type=int, default=100_000)
-    p.add_argument("--episode_length", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--transitions", "--size", dest="transitions", type=int,
+                   default=100_000, help="transitions in the random dataset")
+    p.add_argument("--episode_length", type=int, default=1000,
+                   help="steps per episode of the random dataset (each ends "
+                        "in a timeout)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of d3rlpy and of the random dataset")
     args = p.parse_args()
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
     unknown = sorted(set(agents) - set(AGENTS))

@@ -222,21 +222,38 @@ def _peer(python: str, script: str, *flags: str) -> dict | None:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--transitions', type=int, default=1_000_000)
-  parser.add_argument('--episode_steps', type=int, default=1000)
-  parser.add_argument('--batch_size', type=int, default=256)
-  parser.add_argument('--agents', default=','.join(LEARNERS))
+  parser.add_argument('--transitions', type=int, default=1_000_000,
+                      help='HalfCheetah-shaped transitions loaded into the '
+                      'memory (and the size of the cpprb peer).')
+  parser.add_argument('--episode_steps', type=int, default=1000,
+                      help='Transitions per pushed episode.')
+  parser.add_argument('--batch_size', type=int, default=256,
+                      help='Transitions per sampled batch, for every feed, '
+                      'learner and peer.')
+  parser.add_argument('--agents', default=','.join(LEARNERS),
+                      help='Comma-separated learners whose steps/s are '
+                      f"timed, of {','.join(LEARNERS)}; those d3rlpy has are "
+                      'timed there too.')
   parser.add_argument('--seconds', type=float, default=2.0,
                       help='Seconds per timed sampling stretch.')
   parser.add_argument('--learner_seconds', type=float, default=8.0,
                       help='Seconds per timed learner stretch.')
-  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--rounds', type=int, default=3,
+                      help='Timed stretches per rate; the median is '
+                      'reported.')
   parser.add_argument('--her_episodes', type=int, default=2000,
                       help='FetchReach-shaped episodes (50 transitions).')
-  parser.add_argument('--cpprb_python', default='')
-  parser.add_argument('--sb3_python', default='')
-  parser.add_argument('--d3rlpy_python', default='')
-  parser.add_argument('--d3rlpy_seconds', type=float, default=20.0)
+  parser.add_argument('--cpprb_python', default='',
+                      help='Python interpreter with cpprb that runs '
+                      'bench/cpprb_reference.py; empty: no cpprb peer.')
+  parser.add_argument('--sb3_python', default='',
+                      help='Python interpreter with stable-baselines3 that '
+                      'runs bench/sb3_her_reference.py; empty: no SB3 peer.')
+  parser.add_argument('--d3rlpy_python', default='',
+                      help='Python interpreter with d3rlpy that runs '
+                      'bench/d3rlpy_reference.py; empty: no d3rlpy peer.')
+  parser.add_argument('--d3rlpy_seconds', type=float, default=20.0,
+                      help='Timed seconds per agent of the d3rlpy peer.')
   args = parser.parse_args()
   # Gradient steps per learner.train call: about a second of work each.
   args.learner_calls_steps = {'bc': 200, 'td3_bc': 100, 'sac': 50,

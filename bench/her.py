@@ -98,13 +98,18 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--dataset', default='data/fetchreach_v4_random',
                       help='FetchReach-v4 RLDS data (TFDS dir or name).')
-  parser.add_argument('--batch_size', type=int, default=256)
+  parser.add_argument('--batch_size', type=int, default=256,
+                      help='Relabelled transitions per batch (also for SB3).')
   parser.add_argument('--draws', default='64x8,32x8,64x4,256x1',
                       help='Comma-separated EPISODESxBATCHES settings of '
                            '(episodes_per_draw, batches_per_draw).')
-  parser.add_argument('--batches_per_call', type=int, default=20)
-  parser.add_argument('--rounds', type=int, default=3)
-  parser.add_argument('--seconds', type=float, default=3.0)
+  parser.add_argument('--batches_per_call', type=int, default=20,
+                      help='Batches consumed per call of the tf.function '
+                           'loop.')
+  parser.add_argument('--rounds', type=int, default=3,
+                      help='Timed runs per setting; the median is reported.')
+  parser.add_argument('--seconds', type=float, default=3.0,
+                      help='Seconds per timed run.')
   parser.add_argument('--sb3_python', default='',
                       help='Interpreter with stable-baselines3, for the '
                            'reference figure (skipped when empty).')

@@ -69,11 +69,18 @@ def _episodes(spec, transitions: int, length: int, seed: int) -> list:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--agents', default=','.join(DEFAULT_AGENTS))
-  parser.add_argument('--transitions', type=int, default=100_000)
-  parser.add_argument('--warmup', type=int, default=50)
-  parser.add_argument('--steps', type=int, default=300)
-  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--agents', default=','.join(DEFAULT_AGENTS),
+                      help='comma-separated learners to time, in order')
+  parser.add_argument('--transitions', type=int, default=100_000,
+                      help='random halfcheetah-shaped transitions in memory, '
+                      'in whole episodes of 1000 (at least one)')
+  parser.add_argument('--warmup', type=int, default=50,
+                      help='untimed gradient steps per learner, tracing '
+                      'included')
+  parser.add_argument('--steps', type=int, default=300,
+                      help='timed gradient steps per learner')
+  parser.add_argument('--seed', type=int, default=0,
+                      help='seed of the random data and of each learner')
   parser.add_argument('--critic_dtypes', default='float32',
                       help='comma-separated AgentConfig.critic_dtype values '
                       'to time the ensemble-critic learners with')

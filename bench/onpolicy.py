@@ -87,11 +87,15 @@ def learn_rate(env: str, copies: int, rollout_size: int,
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--env', default='HalfCheetah-v5')
-  parser.add_argument('--copies', default='1,4,8')
+  parser.add_argument('--env', default='HalfCheetah-v5',
+                      help='environment the actor steps and PPO trains on')
+  parser.add_argument('--copies', default='1,4,8',
+                      help='comma-separated numbers of env copies to measure; '
+                      'vs_collect_1 needs 1 first')
   parser.add_argument('--rollouts', type=int, default=20,
                       help='timed rollouts per measurement')
-  parser.add_argument('--rollout_size', type=int, default=2048)
+  parser.add_argument('--rollout_size', type=int, default=2048,
+                      help='env steps per rollout, split across the copies')
   args = parser.parse_args()
   copies = [int(c) for c in args.copies.split(',')]
   rows = []

@@ -73,13 +73,18 @@ def main() -> None:
   parser = argparse.ArgumentParser(
       description=__doc__.split('\n\n')[0],
       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  parser.add_argument('--env', default='HalfCheetah-v5')
-  parser.add_argument('--agent', default='ppo', choices=('ppo', 'a2c'))
+  parser.add_argument('--env', default='HalfCheetah-v5',
+                      help='environment both arms train on')
+  parser.add_argument('--agent', default='ppo', choices=('ppo', 'a2c'),
+                      help='on-policy agent both arms train, with its '
+                      'defaults')
   parser.add_argument('--actors', default='2',
                       help='comma-separated actor-process counts')
   parser.add_argument('--rollouts', type=int, default=12,
                       help='rollouts (updates) per arm')
-  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--seed', type=int, default=0,
+                      help='seed of the learner runs (actor i of K gets '
+                      '100 * K + i)')
   parser.add_argument('--out', default=str(
       REPO / 'docs/results/distributed/bench_onpolicy_actors.jsonl'),
                       help='JSON lines file the result is appended to')

@@ -120,7 +120,8 @@ def main() -> None:
                       help='RLDS steps pushed (rounded up to whole episodes).')
   parser.add_argument('--steps', type=int, default=1000,
                       help='RLDS steps per episode.')
-  parser.add_argument('--batch_size', type=int, default=256)
+  parser.add_argument('--batch_size', type=int, default=256,
+                      help='Transitions per sampled batch (also for cpprb).')
   parser.add_argument('--readers', type=int, default=2,
                       help='num_parallel_readers of the _N_readers figure.')
   parser.add_argument('--batches_per_call', type=int, default=20,

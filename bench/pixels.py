@@ -206,16 +206,22 @@ def time_ours(draw, batch_size: int, seconds: float) -> float:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--transitions', type=int, default=50_000)
+  parser.add_argument('--transitions', type=int, default=50_000,
+                      help='Atari-shaped transitions held in the memory '
+                           '(and in SB3\'s buffer).')
   parser.add_argument('--episode_steps', type=int, default=1000,
                       help='Transitions per episode (Pong: about 800 to '
                            '4,000 agent steps).')
-  parser.add_argument('--batch_size', type=int, default=32)
+  parser.add_argument('--batch_size', type=int, default=32,
+                      help='Stacked transitions per draw, ours and SB3\'s.')
   parser.add_argument('--draws_per_call', type=int, default=100,
                       help='Draws per graph call for '
                            'stacked_transitions_per_s.')
-  parser.add_argument('--rounds', type=int, default=5)
-  parser.add_argument('--seconds', type=float, default=2.0)
+  parser.add_argument('--rounds', type=int, default=5,
+                      help='Timed runs per sampling rate, ours and SB3\'s '
+                           'in turn; the median is reported.')
+  parser.add_argument('--seconds', type=float, default=2.0,
+                      help='Length of one timed sampling run.')
   parser.add_argument('--ppo_rollouts', type=int, default=4,
                       help='Timed PPO rollouts on Pong (of 1,024 env '
                            'steps) after the first; 0: no PPO figures.')

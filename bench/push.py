@@ -77,7 +77,9 @@ def reverb_writer_python(client: reverb.Client, table: str,
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--episodes', type=int, default=100)
+  parser.add_argument('--episodes', type=int, default=100,
+                      help='HalfCheetah-shaped episodes held in memory and '
+                           'pushed by each fast push.')
   parser.add_argument('--steps', type=int, default=1000,
                       help='RLDS steps per episode.')
   parser.add_argument('--tfa_episodes', type=int, default=100,

@@ -60,7 +60,8 @@ def main() -> None:
                       help='RLDS steps pushed (rounded up to whole episodes).')
   parser.add_argument('--steps', type=int, default=1000,
                       help='RLDS steps per episode.')
-  parser.add_argument('--batch_size', type=int, default=256)
+  parser.add_argument('--batch_size', type=int, default=256,
+                      help='Transitions per sampled batch, for every method.')
   parser.add_argument('--readers', type=int, default=2,
                       help='num_parallel_readers of the ours_N_readers '
                            'figure.')

@@ -93,12 +93,21 @@ def fill_buffer(buffer: HerReplayBuffer, data: dict[str, np.ndarray]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--episodes_npz", required=True)
-    p.add_argument("--batch_size", type=int, default=256)
-    p.add_argument("--seconds", type=float, default=3.0)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--n_sampled_goal", type=int, default=4)
-    p.add_argument("--strategy", default="future", choices=["future", "final", "episode"])
+    p.add_argument("--episodes_npz", required=True,
+                   help="npz of whole FetchReach episodes the buffer is "
+                        "filled from")
+    p.add_argument("--batch_size", type=int, default=256,
+                   help="transitions per sample call")
+    p.add_argument("--seconds", type=float, default=3.0,
+                   help="timed seconds per round")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timed rounds; the median transitions/s is reported")
+    p.add_argument("--n_sampled_goal", type=int, default=4,
+                   help="SB3's n_sampled_goal: relabelled goals per real "
+                        "transition (HER's k)")
+    p.add_argument("--strategy", default="future",
+                   choices=["future", "final", "episode"],
+                   help="SB3's goal selection strategy for relabelling")
     args = p.parse_args()
 
     with np.load(args.episodes_npz) as f:

@@ -287,11 +287,19 @@ def _dqn(args) -> dict:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--transitions', type=int, default=1_000_000)
-  parser.add_argument('--batch_size', type=int, default=256)
-  parser.add_argument('--agents', default='sac,td3,cql_sac,dqn')
-  parser.add_argument('--seconds', type=float, default=8.0)
-  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--transitions', type=int, default=1_000_000,
+                      help='transitions of random data per agent family, in '
+                      'whole episodes of 999 (rounded down)')
+  parser.add_argument('--batch_size', type=int, default=256,
+                      help='transitions per training batch, for every feed')
+  parser.add_argument('--agents', default='sac,td3,cql_sac,dqn',
+                      help='comma-separated TF-Agents agents to time, of '
+                      'sac, td3, cql_sac and dqn')
+  parser.add_argument('--seconds', type=float, default=8.0,
+                      help='seconds of each timed turn of a feed')
+  parser.add_argument('--rounds', type=int, default=3,
+                      help='timed turns per feed; the median steps/s is '
+                      'reported')
   parser.add_argument('--iterations', type=int, default=50,
                       help='Learner.run iterations per call')
   parser.add_argument('--prefetch', type=int, default=0,
@@ -299,6 +307,10 @@ def main() -> None:
                       'none, as the buffer gives them)')
   args = parser.parse_args()
   kinds = args.agents.split(',')
+  unknown = sorted(set(kinds) - {'sac', 'td3', 'cql_sac', 'dqn'})
+  if unknown:
+    parser.error(f'--agents: unknown {",".join(unknown)}; of sac, td3, '
+                 'cql_sac, dqn')
   steps = _continuous(args, [k for k in kinds if k != 'dqn'])
   if 'dqn' in kinds:
     steps['dqn'] = _dqn(args)

@@ -83,14 +83,25 @@ def upsert_row(rows_file: str, agent: str, line: dict) -> dict:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--runs', nargs='+', required=True)
-  parser.add_argument('--env', required=True)
-  parser.add_argument('--env_steps', type=int, required=True)
-  parser.add_argument('--target', type=float, default=None)
+  parser.add_argument('--runs', nargs='+', required=True,
+                      help='run directories, each with config.json and '
+                           'eval.jsonl, one per seed')
+  parser.add_argument('--env', required=True,
+                      help='the environment name written in the line')
+  parser.add_argument('--env_steps', type=int, required=True,
+                      help='env steps: each run\'s final return is that of '
+                           'its last evaluation at or before this step')
+  parser.add_argument('--target', type=float, default=None,
+                      help='a return to reach: per run, the first env step '
+                           'whose evaluation reached it (steps_to_target); '
+                           'unset: not reported')
   parser.add_argument('--compare', default=None,
                       help='one more run whose final return is reported')
-  parser.add_argument('--compare_key', default='compare_return')
-  parser.add_argument('--out', default=None)
+  parser.add_argument('--compare_key', default='compare_return',
+                      help='the key of the --compare run\'s return in the '
+                           'line')
+  parser.add_argument('--out', default=None,
+                      help='a file the JSON line is also written to')
   parser.add_argument('--rows_file', default=None,
                       help='a {"rows": [...]} table the line joins as the '
                            'row of --agent and --env')
