@@ -54,8 +54,9 @@ def main(argv: list[str]) -> None:
                                'directory'))
   try:
     act = saved_policy.load_act(_POLICY.value)
-    result = evaluation.evaluate(act, _ENV.value, _EPISODES.value,
-                                 _SEED.value)
+    result = evaluation.evaluate(
+        act, _ENV.value, _EPISODES.value, _SEED.value,
+        frame_stack=saved_policy.frame_stack(_POLICY.value))
   except ValueError as e:
     cli.fail(_PROG, e)
   print(json.dumps({'policy': _POLICY.value, 'env': _ENV.value,

@@ -218,3 +218,34 @@ def test_the_shipped_pong_medium_policy_records_and_plays_above_random(
       'ALE/Pong-v5', 'medium', 1, str(tmp_path / 'medium'), seed=0,
       show_progress=False)
   assert summary.mean_return > -15, summary
+
+
+def test_evaluate_acts_on_the_stacks_the_saved_policy_takes(tmp_path):
+  """`pipelines.evaluate` reads k from the saved image policy (npz or
+  SavedModel) and builds k-frame stacks: here 2, not the default 4."""
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
+  import preloaded_cli  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents import dqn  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents import factory  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents import registry  # pylint: disable=g-import-not-at-top
+  from rlds_reverb.agents import saved_policy  # pylint: disable=g-import-not-at-top
+  specs = acting_envs.env_specs('ALE/Pong-v5', frame_stack=2)
+  agent = registry.make_agent('dqn', specs.time_step_spec, specs.action_spec,
+                              factory.AgentConfig(seed=0))
+  policy = dqn.export_q_policy(agent, specs.action_spec)
+  assert policy.input_shape == [2, 84, 84]
+  path = str(tmp_path / 'policy.npz')
+  policy.save(path)
+  saved_policy.save(policy, str(tmp_path / 'policy'))
+  assert saved_policy.frame_stack(path) == 2
+  assert saved_policy.frame_stack(str(tmp_path / 'policy')) == 2
+  assert saved_policy.frame_stack(str(tmp_path / 'policy' / 'greedy')) == 2
+  run = preloaded_cli.run(
+      'evaluate', '--policy', path, '--env', 'ALE/Pong-v5', '--episodes', '1',
+      cwd=pathlib.Path(__file__).resolve().parents[1],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), timeout_s=300)
+  assert run.returncode == 0, run.stderr[-2000:]
+  score = json.loads(run.stdout)
+  assert score['episodes'] == 1 and -21 <= score['average_return'] <= 21

@@ -109,6 +109,11 @@ def test_load_act_reads_npz_and_savedmodel_alike(tmp_path):
                              atol=1e-5)
   np.testing.assert_allclose(from_greedy(observations),
                              from_npz(observations), atol=1e-5)
+  # Vector policies act on one observation (image ones: test_atari.py).
+  assert saved_policy.frame_stack(str(tmp_path / 'policy.npz')) == 1
+  assert saved_policy.frame_stack(str(tmp_path / 'policy')) == 1
   os.makedirs(tmp_path / 'empty')
   with pytest.raises(ValueError, match='neither a policy .npz nor'):
     saved_policy.load_act(str(tmp_path / 'empty'))
+  with pytest.raises(ValueError, match='neither a policy .npz nor'):
+    saved_policy.frame_stack(str(tmp_path / 'empty'))

@@ -184,6 +184,37 @@ def _flat_observation(observation: Any) -> np.ndarray:
   return observation
 
 
+def _saved_model_dir(path: str) -> str:
+  """The SavedModel directory `path` names (itself or its greedy/)."""
+  if os.path.isdir(os.path.join(path, GREEDY_DIR)):
+    path = os.path.join(path, GREEDY_DIR)
+  if not os.path.isfile(os.path.join(path, 'saved_model.pb')):
+    raise ValueError(f'{path}: neither a policy .npz nor a SavedModel '
+                     'directory (nor one holding greedy/)')
+  return path
+
+
+def frame_stack(path: str) -> int:
+  """Frames per observation the saved policy at `path` acts on: k of an
+  image policy's frame-major [k, H, W(, C)] stacks, 1 for any other, so
+  an evaluation builds the stacks the policy was trained on.
+
+  Raises:
+    ValueError: `path` is not a saved policy (as `load_act`).
+  """
+  if os.path.isfile(path):
+    policy = numpy_policy.load(path)
+    image = policy.conv_kernels is not None
+    return int(policy.input_shape[0]) if image else 1
+  specs = tensor_spec.from_pbtxt_file(os.path.join(
+      _saved_model_dir(path), policy_saver.POLICY_SPECS_PBTXT))
+  observation = specs['collect_data_spec'].observation
+  if (isinstance(observation, tf.TensorSpec) and observation.dtype == tf.uint8
+      and observation.shape.rank >= 3):
+    return int(observation.shape[0])
+  return 1
+
+
 def load_act(path: str) -> Callable[[Any], np.ndarray]:
   """Greedy actions of a saved policy, for `evaluation.evaluate`: a
   `policy.npz`, a SavedModel directory, or a directory holding `greedy/`
@@ -195,11 +226,7 @@ def load_act(path: str) -> Callable[[Any], np.ndarray]:
   if os.path.isfile(path):
     policy = numpy_policy.load(path)
     return lambda observation: policy.greedy(_flat_observation(observation))
-  if os.path.isdir(os.path.join(path, GREEDY_DIR)):
-    path = os.path.join(path, GREEDY_DIR)
-  if not os.path.isfile(os.path.join(path, 'saved_model.pb')):
-    raise ValueError(f'{path}: neither a policy .npz nor a SavedModel '
-                     'directory (nor one holding greedy/)')
+  path = _saved_model_dir(path)
   from tf_agents.policies import py_tf_eager_policy  # pylint: disable=g-import-not-at-top
   saved = py_tf_eager_policy.SavedModelPyTFEagerPolicy(
       path, load_specs_from_pbtxt=True, batch_time_steps=False)
