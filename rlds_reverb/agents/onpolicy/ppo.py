@@ -35,6 +35,7 @@ import tensorflow as tf
 from rlds_reverb import settings
 from rlds_reverb.agents import actor_critic
 from rlds_reverb.agents.onpolicy import kfac
+from rlds_reverb.agents.onpolicy import rmsprop
 
 ALGORITHMS = ('ppo', 'a2c', 'acktr')
 # What an update reports (means over its gradient steps).
@@ -115,6 +116,10 @@ class PpoConfig:
   treated as terminal (for comparison)."""
   rmsprop_alpha: float = 0.99
   """A2C: RMSprop's decay."""
+  rmsprop_epsilon_in_sqrt: bool = False
+  """A2C: RMSprop divides by sqrt(v + epsilon), as Keras' and TF1's do
+  (OpenAI baselines' A2C); off: by sqrt(v) + epsilon, as PyTorch's does
+  (the seed's A2C). With epsilon 1e-5 the first takes far shorter steps."""
   optimizer_epsilon: float = 1e-5
   """Epsilon of Adam / RMSprop."""
   kfac_momentum: float = settings.setting(0.9, lower=0, upper=0.999)
@@ -273,10 +278,14 @@ def make_optimizer(config: PpoConfig) -> Any:
         stat_decay=config.kfac_stat_decay, kl_clip=config.kfac_kl_clip,
         damping=config.kfac_damping,
         inverse_interval=config.kfac_inverse_interval)
-  if config.algorithm == 'a2c':
+  if config.algorithm == 'a2c' and config.rmsprop_epsilon_in_sqrt:
     return tf.keras.optimizers.RMSprop(
         config.learning_rate, rho=config.rmsprop_alpha,
         epsilon=config.optimizer_epsilon)
+  if config.algorithm == 'a2c':
+    return rmsprop.TorchRMSprop(config.learning_rate,
+                                rho=config.rmsprop_alpha,
+                                epsilon=config.optimizer_epsilon)
   return tf.keras.optimizers.Adam(config.learning_rate,
                                   epsilon=config.optimizer_epsilon)
 
