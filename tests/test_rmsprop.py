@@ -66,3 +66,26 @@ def test_a2c_takes_the_seeds_rmsprop_unless_asked_for_keras(in_sqrt,
   assert type(optimizer) is expected  # pylint: disable=unidiomatic-typecheck
   assert optimizer.epsilon == config.optimizer_epsilon
   assert optimizer.rho == config.rmsprop_alpha
+
+
+def test_rmsprop_steps_tool_reads_a_checkpoints_second_moments(tmp_path):
+  from tools import rmsprop_steps  # pylint: disable=import-outside-toplevel
+  # v = 0 gives Keras' floor: sqrt(eps) / eps; a large v gives 1.
+  np.testing.assert_allclose(rmsprop_steps.step_ratios(
+      np.array([0.0, 1e6]), EPS), [np.sqrt(EPS) / EPS, 1.0], rtol=1e-6)
+  small = tf.Variable(np.zeros([3, 4], np.float32))
+  large = tf.Variable(np.zeros([5], np.float32))
+  optimizer = tf.keras.optimizers.RMSprop(LR, rho=RHO, epsilon=EPS)
+  optimizer.apply_gradients([(tf.fill([3, 4], 1e-7), small),
+                             (tf.fill([5], 10.0), large)])
+  prefix = tf.train.Checkpoint(optimizer=optimizer,
+                               weights=[small, large]).save(
+                                   str(tmp_path / 'ckpt'))
+  line = rmsprop_steps.summarize(prefix, EPS)
+  assert line['weights'] == 17
+  by_size = {v['size']: v for v in line['per_variable']}
+  expected = np.sqrt((1 - RHO) * 1e-14 + EPS) / (
+      np.sqrt((1 - RHO) * 1e-14) + EPS)
+  assert by_size[12]['median_step_ratio'] == round(expected, 1)
+  assert by_size[5]['median_step_ratio'] == 1.0
+  assert line['median_step_ratio'] == round(expected, 1)  # 12 of 17.
