@@ -84,7 +84,8 @@ _ENCODING = flags.DEFINE_enum(
     'd4rl_mujoco_hopper users get it. Both hold the same steps and give '
     'the same transitions (docs/datasets.md).')
 _EPSILON = flags.DEFINE_float(
-    'epsilon', 0.0, 'Exploration noise of a discrete --policy .npz (Atari): '
+    'epsilon', 0.0, 'Exploration noise of a discrete --policy .npz (Atari), '
+    'or of both halves of --dataset_kind medium-expert: '
     'each action is replaced by a uniform one with this probability, and '
     'each step\'s infos/action_log_probs is the mixture\'s log-probability '
     '(0: the policy\'s own samples; in [0, 1]).')

@@ -162,6 +162,10 @@ def test_non_mujoco_box_env_has_no_physics_infos(tmp_path):
     ({'num_episodes': None}, 'give one of num_episodes and num_env_steps'),
     ({'num_episodes': None, 'num_env_steps': 0},
      'num_env_steps must be > 0, got 0'),
+    ({'dataset_kind': 'medium-expert', 'epsilon': 0.1},
+     'epsilon 0.1 mixes uniform discrete actions in'),
+    ({'dataset_kind': 'medium-replay', 'epsilon': 0.1},
+     "not of 'the replay snapshots' (medium-replay)"),
 ])
 def test_bad_arguments_raise_before_writing(tmp_path, kwargs, match):
   args = {'env_id': 'HalfCheetah-v5', 'policy': 'random', 'num_episodes': 1,

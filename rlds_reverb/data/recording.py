@@ -356,9 +356,9 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     num_env_steps: instead of `num_episodes`: whole episodes until they
       hold at least this many transitions (of each half, for
       'medium-expert'), as D4RL sizes its datasets.
-    epsilon: exploration noise of a discrete policy .npz: its action is
-      replaced by a uniform one with this probability (the stored
-      log-probabilities are the mixture's).
+    epsilon: exploration noise of a discrete policy .npz (both halves of
+      'medium-expert'): its action is replaced by a uniform one with this
+      probability (the stored log-probabilities are the mixture's).
 
   Returns:
     A GenerateSummary.
@@ -381,10 +381,12 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
       behaviour_policies.load_policy(name, env_id)  # Fails early if absent.
   if dataset_kind == 'policy' and policy not in POLICIES:
     behaviour_policies.load_policy(policy, env_id)  # Fails early if unknown.
-  if epsilon and (dataset_kind != 'policy' or policy in POLICIES):
+  if epsilon and (dataset_kind == 'medium-replay' or (
+      dataset_kind == 'policy' and policy in POLICIES)):
+    what = policy if dataset_kind == 'policy' else 'the replay snapshots'
     raise ValueError(f'epsilon {epsilon} is the exploration noise of a policy '
-                     f'.npz (dataset kind policy), not of {policy!r} '
-                     f'({dataset_kind})')
+                     f'.npz (dataset kinds policy and medium-expert), not of '
+                     f'{what!r} ({dataset_kind})')
   if dataset_kind != 'medium-replay':
     if (num_episodes is None) == (num_env_steps is None):
       raise ValueError('give one of num_episodes and num_env_steps, got '
@@ -409,6 +411,8 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     spec = make_step_spec(envs, env_id)
     segments = _segments(env_id, policy, dataset_kind, num_episodes,
                          num_env_steps, seed)
+    for segment in segments:  # Each policy fits the env before any writing.
+      _policy_for(segment.policy, env_id, envs, segment.seed, epsilon)
     returns, steps = [], 0
 
     def counted(bar: tqdm.tqdm):
