@@ -37,6 +37,12 @@ _EPISODES = flags.DEFINE_integer(
     'episodes', 10, 'Evaluation episodes, run side by side.', lower_bound=1)
 _SEED = flags.DEFINE_integer(
     'seed', 0, 'Episode i runs in an env seeded with seed + i.', lower_bound=0)
+_REPEAT_ACTION_PROBABILITY = flags.DEFINE_float(
+    'repeat_action_probability', None, 'Atari (ALE/...) only: the '
+    'probability that the emulator repeats the previous action instead of '
+    'the one given, per frame (sticky actions, Machado et al. 2018). Unset: '
+    'the env\'s own (ALE v5: 0.25); 0: deterministic actions, as the '
+    'NoFrameskip-v4 envs of older papers.', lower_bound=0, upper_bound=1)
 
 
 def main(argv: list[str]) -> None:
@@ -46,21 +52,30 @@ def main(argv: list[str]) -> None:
   if not _POLICY.value or not _ENV.value:
     cli.fail(_PROG, ValueError('--policy and --env are required'), code=2)
   # pylint: disable=g-import-not-at-top
+  from rlds_reverb.acting import atari
   from rlds_reverb.acting import evaluation
   from rlds_reverb.agents import saved_policy
   # pylint: enable=g-import-not-at-top
   if not os.path.exists(_POLICY.value):
     cli.fail(_PROG, ValueError(f'--policy {_POLICY.value}: no such file or '
                                'directory'))
+  env_kwargs = {}
+  if _REPEAT_ACTION_PROBABILITY.value is not None:
+    if not atari.is_atari(_ENV.value):
+      cli.fail(_PROG, ValueError(
+          '--repeat_action_probability is for Atari envs (ALE/...), not '
+          f'{_ENV.value!r}'), code=2)
+    env_kwargs['repeat_action_probability'] = _REPEAT_ACTION_PROBABILITY.value
   try:
     act = saved_policy.load_act(_POLICY.value)
     result = evaluation.evaluate(
         act, _ENV.value, _EPISODES.value, _SEED.value,
-        frame_stack=saved_policy.frame_stack(_POLICY.value))
+        frame_stack=saved_policy.frame_stack(_POLICY.value),
+        env_kwargs=env_kwargs)
   except ValueError as e:
     cli.fail(_PROG, e)
   print(json.dumps({'policy': _POLICY.value, 'env': _ENV.value,
-                    **result.to_dict(),
+                    **env_kwargs, **result.to_dict(),
                     'returns': [round(r, 2) for r in result.returns]}),
         flush=True)
 

@@ -210,14 +210,50 @@ def test_the_shipped_pong_medium_policy_records_and_plays_above_random(
   4-frame stacks whose sampled episode, seeded, scores far above random
   play (-20.x; the recorded data's mean is -7.3)."""
   from rlds_reverb.data import behaviour_policies  # pylint: disable=g-import-not-at-top
-  assert behaviour_policies.shipped_names('ALE/Pong-v5') == ['medium']
+  assert behaviour_policies.shipped_names('ALE/Pong-v5') == [
+      'expert', 'medium']
   policy = behaviour_policies.load_policy('medium', 'ALE/Pong-v5')
   assert policy.head == 'categorical' and policy.input_shape == [4, 84, 84]
   assert policy.metadata['agent'] == 'ppo'
+  assert policy.metadata['env_steps'] == 2000896
   summary = recording.generate_dataset(
       'ALE/Pong-v5', 'medium', 1, str(tmp_path / 'medium'), seed=0,
       show_progress=False)
   assert summary.mean_return > -15, summary
+
+
+def test_pong_medium_expert_records_each_shipped_policy_with_noise(
+    tmp_path):
+  """--dataset_kind medium-expert on Pong (the CQL-against-BC data of
+  docs/offline_rl.md): one episode of the shipped medium policy (PPO at
+  2M), then one of the expert (PPO at 5M), each step's stored
+  log-probability the epsilon mixture of the policy that acted."""
+  from rlds_reverb.data import behaviour_policies  # pylint: disable=g-import-not-at-top
+  expert = behaviour_policies.load_policy('expert', 'ALE/Pong-v5')
+  assert expert.metadata['agent'] == 'ppo'
+  assert expert.metadata['env_steps'] == 5000000
+  recording.generate_dataset(
+      'ALE/Pong-v5', 'medium', 1, str(tmp_path / 'me'), seed=2,
+      max_episode_steps=12, dataset_kind='medium-expert', epsilon=0.25,
+      show_progress=False)
+  episodes = [tree.map_structure(lambda x: x.numpy(),
+                                 e['steps'].batch(10**6).get_single_element())
+              for e in datasets.load(str(tmp_path / 'me'))]
+  assert len(episodes) == 2
+  matched = []
+  for episode in episodes:
+    stacks = _stacks_of(episode['observation'], 12)
+    stored = episode['infos']['action_log_probs'][:12]
+    found = []
+    for name in ('medium', 'expert'):
+      policy = behaviour_policies.load_policy(name, 'ALE/Pong-v5')
+      mixed = np.log(0.75 * np.exp(policy.action_log_probs(stacks)) +
+                     0.25 / 6)[np.arange(12), episode['action'][:12]]
+      if np.allclose(stored, mixed, atol=1e-5):
+        found.append(name)
+    matched += found
+  # Each episode is one policy's, and the two policies' differ.
+  assert sorted(matched) == ['expert', 'medium'], matched
 
 
 def test_evaluate_acts_on_the_stacks_the_saved_policy_takes(tmp_path):
@@ -244,8 +280,10 @@ def test_evaluate_acts_on_the_stacks_the_saved_policy_takes(tmp_path):
   assert saved_policy.frame_stack(str(tmp_path / 'policy' / 'greedy')) == 2
   run = preloaded_cli.run(
       'evaluate', '--policy', path, '--env', 'ALE/Pong-v5', '--episodes', '1',
+      '--repeat_action_probability', '0',
       cwd=pathlib.Path(__file__).resolve().parents[1],
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), timeout_s=300)
   assert run.returncode == 0, run.stderr[-2000:]
   score = json.loads(run.stdout)
   assert score['episodes'] == 1 and -21 <= score['average_return'] <= 21
+  assert score['repeat_action_probability'] == 0.0

@@ -179,6 +179,15 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
       timeout_s=TIMEOUT_S).stdout) for policy in ('policy', 'policy.npz')]
   assert scores[0]['returns'] == scores[1]['returns']
   assert scores[0]['episodes'] == 3 and scores[0]['normalized_score'] is None
+  # Sticky actions are an Atari setting: refused for CartPole.
+  sticky = preloaded_cli.run(
+      'evaluate', '--policy', os.path.join(root, 'policy.npz'), '--env',
+      'CartPole-v1', '--repeat_action_probability', '0', cwd=REPO, env=ENV,
+      timeout_s=TIMEOUT_S)
+  assert sticky.returncode == 2
+  assert sticky.stderr.strip().splitlines()[-1] == (
+      "evaluate: error: --repeat_action_probability is for Atari envs "
+      "(ALE/...), not 'CartPole-v1'")
   # Rerunning with a larger budget resumes: 2 more phases, not 6.
   second = _summary(_train(*common, '--steps', '1536'))
   assert second['env_steps'] == 1536 and second['train_step'] == 384

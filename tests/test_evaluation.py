@@ -32,3 +32,19 @@ def test_evaluation_returns_d4rl_normalised_score():
   assert envs.normalized_score(ENV_ID, low) == pytest.approx(0.0)
   assert envs.normalized_score(ENV_ID, high) == pytest.approx(100.0)
   assert envs.normalized_score('CartPole-v1', 10.0) is None
+
+
+def test_env_kwargs_reach_every_episodes_env():
+  # HalfCheetah never ends before its limit, so the lengths are the limit
+  # given through env_kwargs, not the env's own 1,000.
+  act = lambda obs: np.zeros((len(obs), 6), np.float32)
+  result = evaluation.evaluate(act, ENV_ID, num_episodes=2, seed=0,
+                               env_kwargs={'max_episode_steps': 7})
+  assert result.lengths == [7, 7]
+
+
+def test_atari_sticky_actions_follow_the_kwarg():
+  ale = lambda **kw: envs.make_env('ALE/Pong-v5', **kw).unwrapped.ale
+  assert ale().getFloat('repeat_action_probability') == pytest.approx(0.25)
+  assert ale(repeat_action_probability=0.0).getFloat(
+      'repeat_action_probability') == 0.0

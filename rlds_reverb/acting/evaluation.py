@@ -42,12 +42,14 @@ class EvalResult:
 
 
 def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
-             seed: int = 0, frame_stack: int = 1) -> EvalResult:
+             seed: int = 0, frame_stack: int = 1,
+             env_kwargs: dict[str, Any] | None = None) -> EvalResult:
   """Runs `num_episodes` episodes of `act` in vector envs of `env_id`.
 
   Episode i runs in a sub-env seeded with seed + i; the episodes run side by
   side, so the policy sees a batch of observations per step (stacks of
   `frame_stack` image frames, as the learner's memory reads them).
+  `env_kwargs` go to `envs.make_env` (e.g. Atari's sticky actions off).
 
   Raises:
     ValueError: num_episodes < 1, or an unknown env id.
@@ -55,7 +57,7 @@ def evaluate(act: ActFn, env_id: str, num_episodes: int = 10,
   if num_episodes < 1:
     raise ValueError(f'num_episodes must be >= 1, got {num_episodes}')
   vector = gym.vector.SyncVectorEnv(
-      [lambda: envs.make_env(env_id)] * num_episodes,
+      [lambda: envs.make_env(env_id, **(env_kwargs or {}))] * num_episodes,
       autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
   episodes: list[rollout.Episode] = []
   try:

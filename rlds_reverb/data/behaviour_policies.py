@@ -1,7 +1,8 @@
 """Behaviour policies for recording datasets: random, shipped, or a file.
 
 The shipped policies are numpy snapshots of this project's own online SAC
-runs (`rlds_reverb/policies/<env>/`), in the roles D4RL gives its data:
+runs (`rlds_reverb/policies/<env>/`; Pong's of its PPO run), in the roles
+D4RL gives its data:
   medium.npz   the snapshot whose stochastic return is closest to D4RL's
                medium level (`ship_from_run(medium_return=...)`)
   expert.npz   the final policy of a run long enough to be an expert
