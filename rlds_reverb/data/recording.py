@@ -411,16 +411,15 @@ def generate_dataset(env_id: str, policy: str, num_episodes: int | None,
     spec = make_step_spec(envs, env_id)
     segments = _segments(env_id, policy, dataset_kind, num_episodes,
                          num_env_steps, seed)
-    for segment in segments:  # Each policy fits the env before any writing.
-      _policy_for(segment.policy, env_id, envs, segment.seed, epsilon)
+    # Each policy is built, and so checked against the env, before writing.
+    policies = [_policy_for(segment.policy, env_id, envs, segment.seed,
+                            epsilon) for segment in segments]
     returns, steps = [], 0
 
     def counted(bar: tqdm.tqdm):
       nonlocal steps
       offset = 0
-      for segment in segments:
-        act, frame_stack = _policy_for(segment.policy, env_id, envs,
-                                       segment.seed, epsilon)
+      for segment, (act, frame_stack) in zip(segments, policies):
         count = 0
         for key, episode in record_episodes(
             envs, act, segment.episodes, spec,
