@@ -90,6 +90,8 @@ PUBLISHED_LINES = tuple(
     'hopper_medium',
     'walker2d_medium',
     'hopper_medium_replay',
+    'hopper_medium_expert',
+    'walker2d_medium_expert',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
