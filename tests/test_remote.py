@@ -133,44 +133,109 @@ def test_paced_actor_keeps_its_share_of_the_learners_schedule(client,
                                                               pendulum):
   """Two paced actors of InvertedPendulum (1000-step time limit): each
   may run one episode's length past half the env steps the learner's
-  publication calls for, counted from where it joined."""
+  publication calls for, counted from where it joined on the steps of
+  finished episodes (so it holds at the first episode end past that)."""
   variables.publish(client, _constant(pendulum, 1.0), 1,
                     info={'collect_target': 1000})
   actor = _actor(client, pendulum, actors=2, max_env_steps=5000,
                  policy_refresh_steps=10, max_unread_episodes=1000)
-  stop, held, result = threading.Event(), [], {}
+  stop, held, result, lengths = threading.Event(), [], {}, []
 
   def on_wait(kind, _):
     if kind == 'pace':
       held.append(actor.stats.env_steps)
 
-  def held_at(steps: int) -> bool:
+  def held_from(steps: int) -> bool:
+    """Held at the first episode end at or past `steps`."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-      if held and held[-1] == steps:
+      if held and steps <= held[-1] < steps + max(lengths):
         return True
       time.sleep(0.05)
     return False
 
   def act():
-    result['stats'] = actor.run(should_stop=stop.is_set, on_wait=on_wait)
+    result['stats'] = actor.run(
+        should_stop=stop.is_set, on_wait=on_wait,
+        on_episode=lambda e, _: lengths.append(e.num_steps))
 
   thread = threading.Thread(target=act, daemon=True)
   thread.start()
   try:
     # Joined at 1000 / 2: one time limit (1000 steps) of lead, then held.
     assert pendulum.max_episode_steps == 1000
-    assert held_at(1000), held[-3:]
+    assert held_from(1000), held[-3:]
+    first_hold = held[-1]
     # The learner moves on: 400 more env steps called for, 200 per actor.
     variables.publish(client, _constant(pendulum, 1.0), 2,
                       info={'collect_target': 1400})
-    assert held_at(1200), held[-3:]
+    assert held_from(1200), held[-3:]
   finally:
     stop.set()
     thread.join(timeout=60)
     actor.close()
-  assert max(held) == 1200
+  # Short episodes (the constant action tips the pole over in a few steps).
+  assert max(lengths) < 100
+  assert set(held) <= {first_hold, held[-1]} and held[-1] < 1200 + max(lengths)
   assert result['stats'].policy_version == 2
+
+
+def _balancing(specs, gains) -> numpy_policy.NumpyPolicy:
+  """A linear controller, 3 tanh(gains . observation): with these gains
+  the pole stays up for hundreds of steps."""
+  return numpy_policy.NumpyPolicy(
+      'deterministic', [np.asarray(gains, np.float32).reshape(4, 1)],
+      [np.zeros(1, np.float32)], specs.action_low, specs.action_high)
+
+
+def test_paced_actor_never_strands_a_learner_behind_its_target(client,
+                                                               pendulum):
+  """A learner whose count is behind the target it publishes (a resumed
+  one's can be, by up to a phase) and an actor of long episodes (about
+  270 steps, against a lead of 1000): the actor holds only with every
+  step it counts written, so the learner always reaches its target and
+  both move on. (Counting the episode running at the hold, as the actor
+  once did, stranded both within a few holds.)"""
+  gap = 900  # Target minus the learner's count; under the 1000-step lead.
+  variables.publish(client, _balancing(pendulum, [0, 5, 0, 1]), 1,
+                    info={'collect_target': gap})
+  actor = _actor(client, pendulum, actors=1, policy_refresh_steps=10,
+                 max_unread_episodes=1000)
+  replay = variants.UniformReplay(variants.Settings(
+      table='online', data_spec=run.trajectory_spec(pendulum), batch_size=4,
+      capacity=20_000, max_episodes=10_000))
+  stop, result, lengths = threading.Event(), {}, []
+
+  def act():
+    result['stats'] = actor.run(
+        should_stop=stop.is_set,
+        on_episode=lambda e, _: lengths.append(e.num_steps))
+
+  thread = threading.Thread(target=act, daemon=True)
+  thread.start()
+  target, version, published_at = gap, 1, [gap]
+  try:
+    deadline = time.monotonic() + 90
+    while replay.transitions_read < 6000 and time.monotonic() < deadline:
+      if replay.memory is None:
+        replay.start(client)
+      else:
+        replay.poll()
+      if replay.transitions_read >= target:  # A phase trains; publish.
+        target, version = replay.transitions_read + gap, version + 1
+        published_at.append(target)
+        variables.publish(client, _balancing(pendulum, [0, 5, 0, 1]),
+                          version, info={'collect_target': target})
+      time.sleep(0.05)
+  finally:
+    stop.set()
+    thread.join(timeout=60)
+    actor.close()
+  assert replay.transitions_read >= 6000, (replay.transitions_read,
+                                           published_at[-3:])
+  assert len(published_at) >= 5 and np.mean(lengths) > 150
+  # Still paced: never more than the lead and an episode past the target.
+  assert result['stats'].env_steps < target + 1000 + max(lengths)
 
 
 def test_holds_back_while_the_learner_has_unread_episodes(client, pendulum):

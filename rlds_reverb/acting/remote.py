@@ -231,6 +231,9 @@ class Actor:
     # (own env steps, that target) when the first one came.
     self._collect_target: Optional[int] = None
     self._paced_from: Optional[tuple[int, int]] = None
+    # Env steps of the episodes that ended (handed to the sender): what
+    # pacing counts, as only they can reach the learner.
+    self._finished_steps = 0
     self._lead_steps = config.num_envs * (self.specs.max_episode_steps or
                                           _EPISODE_STEPS_IF_UNLIMITED)
     self.stats = ActorStats()
@@ -285,24 +288,33 @@ class Actor:
     learner's last publication calls for, plus one episode per copy.
 
     Counted from where the actor was when it first saw a target, so an
-    actor started (or restarted) late joins at the learner's position.
+    actor started (or restarted) late joins at the learner's position, and
+    on the steps of finished episodes only: a held actor has handed the
+    learner every step it counts, so the learner can always reach the
+    target it published and publish the next. (Counting the running
+    episode too, an actor held mid-episode could leave a learner whose
+    count is behind its target, as a resumed one's can be, short of a
+    phase, with both waiting.)
     """
     target, actors = self._collect_target, self.config.actors
     if not actors or target is None:
       return False
     if self._paced_from is None:
-      self._paced_from = (self.stats.env_steps, target)
+      self._paced_from = (self._finished_steps, target)
     own_at_start, target_at_start = self._paced_from
-    position = target_at_start / actors + (self.stats.env_steps -
+    position = target_at_start / actors + (self._finished_steps -
                                            own_at_start)
     return position >= target / actors + self._lead_steps
 
   def _keep_pace(self, should_stop: Callable[[], bool],
                  on_wait: Optional[OnWait]) -> bool:
-    """Waits while ahead of the learner; False if stopped first."""
+    """Waits while ahead of the learner, sending the finished episodes
+    still waiting meanwhile (the learner needs them to move on); False if
+    stopped first."""
     start = time.monotonic()
     try:
       while self._ahead():
+        self._sender.send_waiting()
         if on_wait is not None:
           on_wait('pace', time.monotonic() - start)
         if not sender.sleep(_PACE_POLL_S, should_stop):
@@ -413,6 +425,7 @@ class Actor:
           on_steps(taken)
         version = stats.policy_version if self.policy is not None else None
         for episode in finished:
+          self._finished_steps += episode.num_steps
           stats.episodes += 1
           stats.returns.append(episode.episode_return)
           if on_episode is not None:

@@ -168,6 +168,16 @@ class EpisodeSender:
       self._checked = time.monotonic()
     return unread
 
+  def send_waiting(self) -> None:
+    """Starts a write of the waiting episodes the table has room for, if
+    none is in flight; does not wait (for an actor that holds still for
+    another reason).
+
+    Raises:
+      ServerUnavailableError: the server stopped answering.
+    """
+    self._hand_over()
+
   def _ahead(self) -> bool:
     """Whether the actor should hold still: episodes wait on a full table
     (nothing in flight), or as many wait as the table may hold unread."""
