@@ -1,4 +1,4 @@
-"""Reference run: d3rlpy's ReBRAC (or TD3+BC) trained on the project's own dataset.
+"""Reference run: d3rlpy's ReBRAC, TD3+BC or IQL trained on the project's own dataset.
 
 Tells the data from the implementation when a score differs from CORL's: an
 independent implementation (d3rlpy 2.x, PyTorch) trains on the same episodes as
@@ -11,7 +11,9 @@ Settings are CORL's and d3rlpy's reproduction script's for halfcheetah-medium:
 ReBRAC with 3x256 actor and critics, LayerNorm in the critics, batch 1024,
 learning rates 1e-3, gamma 0.99, tau 0.005, policy noise 0.2 clipped 0.5, actor
 every 2 steps, --actor_beta / --critic_beta (medium: 0.001 / 0.01); no
-observation or reward scaling. The transitions are the RLDS pairs (t, t+1) of
+observation or reward scaling. IQL's are in `make_algo` (CORL's and d3rlpy's
+reproduction's, batch 256); hopper and walker2d data take --env Hopper-v5 /
+Walker2d-v5. The transitions are the RLDS pairs (t, t+1) of
 each episode: a time-limit cut keeps its final observation as the last next
 observation, a terminal ends the episode's bootstrap (d3rlpy's
 terminals/timeouts).
@@ -43,14 +45,21 @@ import time
 
 import numpy as np
 
-# D4RL's reference returns for halfcheetah (random, expert), as in
-# rlds_reverb.acting.envs, which this interpreter cannot import (TensorFlow).
-HALFCHEETAH_RANDOM, HALFCHEETAH_EXPERT = -280.178953, 12135.0
+# D4RL's reference returns (random, expert), as in rlds_reverb.acting.envs,
+# which this interpreter cannot import (TensorFlow).
+REFERENCE_RETURNS = {
+    "HalfCheetah": (-280.178953, 12135.0),
+    "Hopper": (-20.272305, 3234.3),
+    "Walker2d": (1.629008, 4592.3),
+}
 EVAL_SEED_BASE = 10_000  # The project's evaluation seeds: 10_000 + seed + i.
+# The per-agent batch when --batch_size is not given (CORL's configs).
+DEFAULT_BATCH = {"rebrac": 1024, "td3_bc": 256, "iql": 256}
 
 
-def normalized_score(average_return: float) -> float:
-    return 100.0 * (average_return - HALFCHEETAH_RANDOM) / (HALFCHEETAH_EXPERT - HALFCHEETAH_RANDOM)
+def normalized_score(average_return: float, env_id: str = "HalfCheetah-v5") -> float:
+    random, expert = REFERENCE_RETURNS[env_id.split("-")[0]]
+    return 100.0 * (average_return - random) / (expert - random)
 
 
 def episode_flags(is_last: np.ndarray, is_terminal: np.ndarray, where: str = "steps"
@@ -100,7 +109,21 @@ def make_dataset(d3rlpy, path: str):
 def make_algo(d3rlpy, args):
     actor = d3rlpy.models.VectorEncoderFactory(hidden_units=[256, 256, 256])
     critic = d3rlpy.models.VectorEncoderFactory(hidden_units=[256, 256, 256], use_layer_norm=True)
-    if args.agent == "rebrac":
+    if args.agent == "iql":
+        # d3rlpy's reproduction settings (reproductions/offline/iql.py), which
+        # are CORL's: 2x256 networks, expectile 0.7, beta 3, weights capped at
+        # 100, rewards scaled by 1000 / (max - min episode return),
+        # standardised observations, the actor's rate on a cosine to zero.
+        schedule = d3rlpy.optimizers.CosineAnnealingLRFactory(T_max=args.steps)
+        config = d3rlpy.algos.IQLConfig(
+            batch_size=args.batch_size,
+            actor_learning_rate=3e-4, critic_learning_rate=3e-4,
+            actor_optim_factory=d3rlpy.optimizers.AdamFactory(lr_scheduler_factory=schedule),
+            expectile=0.7, weight_temp=3.0, max_weight=100.0,
+            reward_scaler=d3rlpy.preprocessing.ReturnBasedRewardScaler(multiplier=1000.0),
+            observation_scaler=d3rlpy.preprocessing.StandardObservationScaler(),
+        )
+    elif args.agent == "rebrac":
         config = d3rlpy.algos.ReBRACConfig(
             actor_encoder_factory=actor,
             critic_encoder_factory=critic,
@@ -145,18 +168,20 @@ def reference_scores(path: str) -> dict[int, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps_npz", required=True, help="RLDS step rows from tools/rlds_npz.py")
-    p.add_argument("--agent", default="rebrac", choices=["rebrac", "td3_bc"],
-                   help="the d3rlpy algorithm trained: ReBRAC or TD3+BC")
+    p.add_argument("--agent", default="rebrac", choices=sorted(DEFAULT_BATCH),
+                   help="the d3rlpy algorithm trained: ReBRAC, TD3+BC or IQL")
     p.add_argument("--steps", type=int, default=100_000, help="gradient steps")
     p.add_argument("--eval_interval", type=int, default=5000, help="gradient steps between evaluations")
     p.add_argument("--eval_episodes", type=int, default=10,
                    help="greedy episodes per evaluation")
-    p.add_argument("--batch_size", type=int, default=1024,
-                   help="transitions per gradient step")
+    p.add_argument("--batch_size", type=int, default=None,
+                   help="transitions per gradient step (default: CORL's for the "
+                        "agent, 1024 for ReBRAC, 256 for TD3+BC and IQL)")
     p.add_argument("--actor_beta", type=float, default=0.001, help="ReBRAC's actor BC coefficient")
     p.add_argument("--critic_beta", type=float, default=0.01, help="ReBRAC's critic BC coefficient")
     p.add_argument("--env", default="HalfCheetah-v5",
-                   help="gymnasium environment id the policy is evaluated on")
+                   help="gymnasium environment id the policy is evaluated on "
+                        f"(one of {', '.join(REFERENCE_RETURNS)}, for D4RL's normalisation)")
     p.add_argument("--seed", type=int, default=0,
                    help="d3rlpy's seed; evaluation episodes reset with seeds "
                         "10000 + seed + i, as the project's")
@@ -166,6 +191,10 @@ def main() -> None:
     args = p.parse_args()
     if args.steps < 1 or args.eval_interval < 1:
         p.error("--steps and --eval_interval must be >= 1")
+    if args.env.split("-")[0] not in REFERENCE_RETURNS:
+        p.error(f"--env {args.env}: no D4RL reference returns; one of {', '.join(REFERENCE_RETURNS)}")
+    if args.batch_size is None:
+        args.batch_size = DEFAULT_BATCH[args.agent]
     reference = reference_scores(args.reference)
 
     evals = []
@@ -184,6 +213,10 @@ def main() -> None:
         dataset = make_dataset(d3rlpy, args.steps_npz)
         algo = make_algo(d3rlpy, args)
         algo.build_with_dataset(dataset)
+        # fit() would fit the scalers; update() alone does not.
+        for scaler in (algo.config.observation_scaler, algo.config.reward_scaler):
+            if scaler is not None and not scaler.built:
+                scaler.fit_with_transition_picker(dataset.episodes, dataset.transition_picker)
         train_s = 0.0
         bar = tqdm.tqdm(total=args.steps, desc=f"d3rlpy {args.agent}", unit="step", file=sys.stderr)
         for step in range(1, args.steps + 1):
@@ -197,7 +230,7 @@ def main() -> None:
                     "train_step": step,
                     "average_return": float(np.mean(returns)),
                     "std_return": float(np.std(returns)),
-                    "normalized_score": normalized_score(float(np.mean(returns))),
+                    "normalized_score": normalized_score(float(np.mean(returns)), args.env),
                     "reference_score": reference.get(step),
                     "time": round(time.time(), 1),
                 }
@@ -212,6 +245,7 @@ def main() -> None:
     print(json.dumps({
         "peer": "d3rlpy",
         "agent": args.agent,
+        "env": args.env,
         "steps_npz": args.steps_npz,
         "transitions": dataset.transition_count,
         "episodes": len(dataset.episodes),
