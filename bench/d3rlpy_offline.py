@@ -1,4 +1,4 @@
-"""Reference run: d3rlpy's ReBRAC, TD3+BC or IQL trained on the project's own dataset.
+"""Reference run: d3rlpy's ReBRAC, TD3+BC, IQL or AWAC trained on the project's own dataset.
 
 Tells the data from the implementation when a score differs from CORL's: an
 independent implementation (d3rlpy 2.x, PyTorch) trains on the same episodes as
@@ -11,8 +11,8 @@ Settings are CORL's and d3rlpy's reproduction script's for halfcheetah-medium:
 ReBRAC with 3x256 actor and critics, LayerNorm in the critics, batch 1024,
 learning rates 1e-3, gamma 0.99, tau 0.005, policy noise 0.2 clipped 0.5, actor
 every 2 steps, --actor_beta / --critic_beta (medium: 0.001 / 0.01); no
-observation or reward scaling. IQL's are in `make_algo` (CORL's and d3rlpy's
-reproduction's, batch 256); hopper and walker2d data take --env Hopper-v5 /
+observation or reward scaling. IQL's and AWAC's are in `make_algo` (CORL's,
+batch 256); hopper and walker2d data take --env Hopper-v5 /
 Walker2d-v5. The transitions are the RLDS pairs (t, t+1) of
 each episode: a time-limit cut keeps its final observation as the last next
 observation, a terminal ends the episode's bootstrap (d3rlpy's
@@ -54,7 +54,7 @@ REFERENCE_RETURNS = {
 }
 EVAL_SEED_BASE = 10_000  # The project's evaluation seeds: 10_000 + seed + i.
 # The per-agent batch when --batch_size is not given (CORL's configs).
-DEFAULT_BATCH = {"rebrac": 1024, "td3_bc": 256, "iql": 256}
+DEFAULT_BATCH = {"rebrac": 1024, "td3_bc": 256, "iql": 256, "awac": 256}
 
 
 def normalized_score(average_return: float, env_id: str = "HalfCheetah-v5") -> float:
@@ -123,6 +123,17 @@ def make_algo(d3rlpy, args):
             reward_scaler=d3rlpy.preprocessing.ReturnBasedRewardScaler(multiplier=1000.0),
             observation_scaler=d3rlpy.preprocessing.StandardObservationScaler(),
         )
+    elif args.agent == "awac":
+        # CORL's AWAC (the toolkit's): 3x256 actor and twin critics, lambda
+        # 1/3, rates 3e-4, standardised observations, no reward scaling.
+        three = d3rlpy.models.VectorEncoderFactory(hidden_units=[256, 256, 256])
+        config = d3rlpy.algos.AWACConfig(
+            batch_size=args.batch_size,
+            actor_learning_rate=3e-4, critic_learning_rate=3e-4,
+            actor_encoder_factory=three, critic_encoder_factory=three,
+            lam=1.0 / 3.0, n_action_samples=1,
+            observation_scaler=d3rlpy.preprocessing.StandardObservationScaler(),
+        )
     elif args.agent == "rebrac":
         config = d3rlpy.algos.ReBRACConfig(
             actor_encoder_factory=actor,
@@ -169,7 +180,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps_npz", required=True, help="RLDS step rows from tools/rlds_npz.py")
     p.add_argument("--agent", default="rebrac", choices=sorted(DEFAULT_BATCH),
-                   help="the d3rlpy algorithm trained: ReBRAC, TD3+BC or IQL")
+                   help="the d3rlpy algorithm trained: ReBRAC, TD3+BC, IQL or AWAC")
     p.add_argument("--steps", type=int, default=100_000, help="gradient steps")
     p.add_argument("--eval_interval", type=int, default=5000, help="gradient steps between evaluations")
     p.add_argument("--eval_episodes", type=int, default=10,
