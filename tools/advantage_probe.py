@@ -40,30 +40,34 @@ from rlds_reverb.agents.offline import iql as iql_lib
 from rlds_reverb.agents.offline import offline_agent
 from rlds_reverb.data import datasets
 
-_DATASET = flags.DEFINE_string(
-    'dataset', None, 'Local TFDS-format RLDS dataset directory (the --out of '
-    'pipelines.generate) or TFDS name.', required=True)
-_ENV = flags.DEFINE_string('env', 'Hopper-v5', 'Gymnasium id to evaluate in.')
-_AGENT = flags.DEFINE_enum('agent', 'iql', ['iql', 'awac'],
-                           'Advantage-weighted learner to train.')
-_ACTOR = flags.DEFINE_enum(
-    'actor', 'squashed', ['squashed', 'gaussian'],
-    "squashed: the toolkit's tanh-squashed Gaussian (state-dependent std); "
-    "gaussian: CORL's (tanh mean, state-independent log-std); IQL only.")
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the networks and batches.')
-_STEPS = flags.DEFINE_integer('steps', 30_000, 'Gradient steps in all.')
-_EVERY = flags.DEFINE_integer('every', 2_000,
-                              'Gradient steps between two reports.')
-_EVAL_EPISODES = flags.DEFINE_integer(
-    'eval_episodes', 3, 'Greedy episodes per report (env seeds 100, ...).')
-_SAMPLES = flags.DEFINE_integer(
-    'samples', 4_000, 'Transitions per kind the weights are measured on.')
-_CACHE = flags.DEFINE_string(
-    'cache', None, 'Optional .npz where the flat arrays are kept between '
-    'runs (reading 2M steps takes a few minutes).')
-_OUT = flags.DEFINE_string('out', None,
-                           'Optional JSON-lines file of the reports.')
 
+def define_flags() -> None:
+  """The flags, defined when run as a program only: the tests import this
+  module beside pipelines whose flags share names."""
+  flags.DEFINE_string(
+      'dataset', None, 'Local TFDS-format RLDS dataset directory (the --out of '
+      'pipelines.generate) or TFDS name (required).')
+  flags.DEFINE_string('env', 'Hopper-v5', 'Gymnasium id to evaluate in.')
+  flags.DEFINE_enum('agent', 'iql', ['iql', 'awac'],
+                    'Advantage-weighted learner to train.')
+  flags.DEFINE_enum(
+      'actor', 'squashed', ['squashed', 'gaussian'],
+      "squashed: the toolkit's tanh-squashed Gaussian (state-dependent std); "
+      "gaussian: CORL's (tanh mean, state-independent log-std); IQL only.")
+  flags.DEFINE_integer('seed', 0, 'Seed of the networks and batches.')
+  flags.DEFINE_integer('steps', 30_000, 'Gradient steps in all.')
+  flags.DEFINE_integer('every', 2_000, 'Gradient steps between two reports.')
+  flags.DEFINE_integer(
+      'eval_episodes', 3, 'Greedy episodes per report (env seeds 100, ...).')
+  flags.DEFINE_integer(
+      'samples', 4_000, 'Transitions per kind the weights are measured on.')
+  flags.DEFINE_string(
+      'cache', None, 'Optional .npz where the flat arrays are kept between '
+      'runs (reading 2M steps takes a few minutes).')
+  flags.DEFINE_string('out', None, 'Optional JSON-lines file of the reports.')
+
+
+FLAGS = flags.FLAGS
 _BATCH = 256
 _FIELDS = ('observation', 'action', 'reward', 'discount', 'next_observation',
            'episode', 't', 'steps_to_end', 'terminated')
@@ -152,23 +156,23 @@ def _advantages(agent: Any, name: str, observation: tf.Tensor,
 
 def main(argv: list[str]) -> None:
   del argv
-  name, seed, steps = _AGENT.value, _SEED.value, _STEPS.value
-  if _ACTOR.value == 'gaussian' and name != 'iql':
+  name, seed, steps = FLAGS.agent, FLAGS.seed, FLAGS.steps
+  if FLAGS.actor == 'gaussian' and name != 'iql':
     raise app.UsageError('--actor gaussian is for --agent iql (AWAC samples '
                          'its actor for its critic targets)')
-  cache = _CACHE.value
+  cache = FLAGS.cache
   if cache and os.path.exists(cache):
     with np.load(cache) as saved:
       data = dict(saved)
   else:
-    data = flat_transitions(_DATASET.value)
+    data = flat_transitions(FLAGS.dataset)
     if cache:
       np.savez(cache, **data)
   observations = data['observation'].astype(np.float64)
   mean = observations.mean(0)
   std = observations.std(0) + 1e-3  # As offline_data's statistics.
   normalize = lambda o: ((o - mean) / std).astype(np.float32)
-  specs = envs.env_specs(_ENV.value)
+  specs = envs.env_specs(FLAGS.env)
   tf.random.set_seed(seed)
   agent = registry.make_agent(
       name, specs.time_step_spec, specs.action_spec,
@@ -177,7 +181,7 @@ def main(argv: list[str]) -> None:
   if registry.get(name).scales_rewards:
     returns = np.bincount(data['episode'], weights=data['reward'])
     agent.reward_scale.assign(1000.0 / np.ptp(returns))
-  if _ACTOR.value == 'gaussian':
+  if FLAGS.actor == 'gaussian':
     actor = GaussianActor(specs.time_step_spec.observation,
                           int(np.prod(specs.action_spec.shape)))
     actor.create_variables(specs.time_step_spec.observation)
@@ -208,12 +212,12 @@ def main(argv: list[str]) -> None:
           pair(d, tf.ones_like(d)))).loss
     return loss
 
-  kinds = transition_kinds(data, _SAMPLES.value, np.random.default_rng(0))
-  env = envs.make_env(_ENV.value)
+  kinds = transition_kinds(data, FLAGS.samples, np.random.default_rng(0))
+  env = envs.make_env(FLAGS.env)
 
   def evaluate() -> list[list[float]]:
     results = []
-    for episode in range(_EVAL_EPISODES.value):
+    for episode in range(FLAGS.eval_episodes):
       obs, _ = env.reset(seed=100 + episode)
       total, length, done = 0.0, 0, False
       while not done:
@@ -225,14 +229,14 @@ def main(argv: list[str]) -> None:
       results.append([round(total, 1), length])
     return results
 
-  out = open(_OUT.value, 'a') if _OUT.value else None
+  out = open(FLAGS.out, 'a') if FLAGS.out else None
   start = time.perf_counter()
   done = 0
   while done < steps:
-    count = min(_EVERY.value, steps - done)
+    count = min(FLAGS.every, steps - done)
     loss = float(train(tf.constant(count)))
     done += count
-    report = {'agent': name, 'actor': _ACTOR.value, 'seed': seed,
+    report = {'agent': name, 'actor': FLAGS.actor, 'seed': seed,
               'train_step': done, 'loss': round(loss, 4),
               'seconds': round(time.perf_counter() - start),
               'eval': evaluate(), 'kinds': {}}
@@ -256,4 +260,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
+  define_flags()
+  flags.mark_flag_as_required('dataset')
   app.run(main)
