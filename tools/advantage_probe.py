@@ -39,6 +39,7 @@ from rlds_reverb.agents import registry
 from rlds_reverb.agents.offline import iql as iql_lib
 from rlds_reverb.agents.offline import offline_agent
 from rlds_reverb.data import datasets
+from rlds_reverb.experiments import offline_data
 
 
 def define_flags() -> None:
@@ -180,7 +181,7 @@ def main(argv: list[str]) -> None:
                                                  train_steps=steps)))
   if registry.get(name).scales_rewards:
     returns = np.bincount(data['episode'], weights=data['reward'])
-    agent.reward_scale.assign(1000.0 / np.ptp(returns))
+    agent.reward_scale.assign(offline_data.reward_scale(returns))
   if FLAGS.actor == 'gaussian':
     actor = GaussianActor(specs.time_step_spec.observation,
                           int(np.prod(specs.action_spec.shape)))
