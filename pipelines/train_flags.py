@@ -138,8 +138,9 @@ def check(mode: str, agent: registry.AgentRecord) -> None:
     usage_error('--reconnect is for offline learners on a remote table; a '
                  'learner of actor processes (--num_actors 0) fails within '
                  'its deadline and resumes from its checkpoint when rerun')
-  if 'publish_every' in given and flags.FLAGS['num_actors'].value != 0:
-    usage_error('--publish_every is for --num_actors 0')
+  for name in ('publish_every', 'actor_wait_s'):
+    if name in given and flags.FLAGS['num_actors'].value != 0:
+      usage_error(f'--{name} is for --num_actors 0')
 
 
 def config(mode: str, agent: str) -> configs.RunConfig:

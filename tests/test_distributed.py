@@ -13,12 +13,14 @@ import dataclasses
 import json
 import os
 import threading
+import time
 
 import pytest
 
 from rlds_reverb.storage import tables
 from rlds_reverb.acting import envs
 from rlds_reverb.acting import remote
+from rlds_reverb.experiments import distributed
 from rlds_reverb.experiments import online
 from rlds_reverb.experiments import run
 from rlds_reverb.replay import variables
@@ -40,7 +42,9 @@ def _config(root_dir, port, **overrides):
                 initial_collect_steps=300, batch_size=32, train_every=100,
                 utd=0.5, eval_interval=800, eval_episodes=2,
                 checkpoint_interval=800, replay_size=10_000, num_actors=0,
-                reverb_address=f'localhost:{port}', publish_every=50)
+                reverb_address=f'localhost:{port}', publish_every=50,
+                # An actor thread that dies fails the test, not hangs it.
+                actor_wait_s=60)
   values.update(overrides)
   return online.OnlineConfig(**values)
 
@@ -83,6 +87,22 @@ def test_remote_learner_needs_its_server_tables(tmp_path):
   assert not os.path.exists(tmp_path / 'run' / 'config.json')
 
 
+def test_learner_without_actors_stops_with_an_error(server, tmp_path):
+  """No actor ever writes: the learner waits `actor_wait_s`, then says
+  what is missing and where it stood, instead of waiting for ever."""
+  started = time.monotonic()
+  with pytest.raises(distributed.ActorsSilentError,
+                     match=r'no new episode from the actors for \d+ s '
+                           r'\(at env step 0, gradient step 0\)'):
+    online.train_online(_config(tmp_path, server.port, actor_wait_s=2),
+                        show_progress=False)
+  # Bounded: the wait, start-up and one publication (a hang would be
+  # for ever).
+  assert time.monotonic() - started < 120
+  # The first weights went out before the wait, as actors need them.
+  assert variables.fetch(server.localhost_client()).version == 0
+
+
 @pytest.mark.parametrize('overrides, message', [
     (dict(reverb_address=''), 'go together'),
     (dict(num_actors=2), 'num_actors must be 0'),
@@ -97,6 +117,7 @@ def test_remote_learner_settings_are_checked(tmp_path, overrides, message):
 @pytest.mark.parametrize('args, message', [
     (['--num_actors', '0'], 'pass --reverb_address of their server'),
     (['--publish_every', '10'], '--publish_every is for --num_actors 0'),
+    (['--actor_wait_s', '5'], '--actor_wait_s is for --num_actors 0'),
 ])
 def test_train_flags_of_a_remote_learner(args, message):
   # Refused before any work: a fork of the preloaded interpreter.

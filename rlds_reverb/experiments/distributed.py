@@ -11,7 +11,9 @@ phases of `train_every * utd` steps.
 Balance: the learner reads new episodes only when its budget cannot fill a
 phase, and actors write only while few episodes are unread
 (`acting.sender`), so collection runs at most a few episodes ahead of
-training, and the learner waits (saying so) when the actors are behind.
+training, and the learner waits (saying so) when the actors are behind,
+up to `actor_wait_s`: actors that are all gone end the run with an error,
+not a learner that waits for ever.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ _POLL_S = 0.1
 _WAIT_NOTICE_S = 60.0
 
 
+class ActorsSilentError(TimeoutError):
+  """No actor wrote an episode for longer than the learner waits."""
+
+
 def check_remote_tables(client: reverb.Client, table: str,
                         data_spec: Any) -> None:
   """The server must hold the episode table for `data_spec` and a weights
@@ -54,14 +60,21 @@ class RemotePhase:
 
   def __init__(self, this_run: run.Run, replay: Any, client: reverb.Client,
                *, utd: float, train_every: int, learn_from: int,
-               publish_every: int, timeout_s: float = tables.DEFAULT_TIMEOUT_S,
+               publish_every: int, actor_wait_s: float = 0.0,
+               timeout_s: float = tables.DEFAULT_TIMEOUT_S,
                bar: Optional[tqdm.tqdm] = None):
+    """`actor_wait_s`: seconds without a new episode, while the learner
+    has nothing to train, before `ActorsSilentError`; 0 waits for ever."""
     self._run, self._replay, self._client = this_run, replay, client
     self._utd, self._train_every = utd, train_every
     self._learn_from, self._publish_every = learn_from, publish_every
     self._timeout_s, self._bar = timeout_s, bar
+    self._actor_wait_s = actor_wait_s
     self._gradient_steps = max(1, int(train_every * utd))
+    # Since when nothing new was read (None: something was), and since
+    # the last notice on stderr.
     self._waiting_since: Optional[float] = None
+    self._noticed_at: Optional[float] = None
 
   def budget(self) -> int:
     """Gradient steps the learner may take now: the single-process
@@ -114,16 +127,25 @@ class RemotePhase:
     new = self._replay.transitions_read - read
     if new:
       self._run.learner.env_steps.assign_add(new)
-      self._waiting_since = None
+      self._waiting_since = self._noticed_at = None
       self._train()
       return
     # Nothing unread: the actors are behind (or gone).
     now = time.monotonic()
     if self._waiting_since is None:
-      self._waiting_since = now
-    elif now - self._waiting_since > _WAIT_NOTICE_S and self._bar is not None:
-      self._bar.write(f'waiting for actors: no new episode for '
-                      f'{now - self._waiting_since:.0f} s',
+      self._waiting_since = self._noticed_at = now
+    waited = now - self._waiting_since
+    if self._actor_wait_s and waited > self._actor_wait_s:
+      learner = self._run.learner
+      raise ActorsSilentError(
+          f'no new episode from the actors for {waited:.0f} s (at env step '
+          f'{int(learner.env_steps.numpy())}, gradient step '
+          f'{learner.train_step}): are the actor processes (pipelines.act) '
+          f'running and writing to this server? The checkpoint resumes the '
+          f'run; --actor_wait_s sets how long the learner waits (0: for '
+          f'ever)')
+    if now - self._noticed_at > _WAIT_NOTICE_S and self._bar is not None:
+      self._bar.write(f'waiting for actors: no new episode for {waited:.0f} s',
                       file=sys.stderr)
-      self._waiting_since = now
+      self._noticed_at = now
     time.sleep(_POLL_S)

@@ -320,7 +320,8 @@ class OnlineBuilder:
             this_run, replay, client, utd=config.utd,
             train_every=config.train_every,
             learn_from=config.initial_collect_steps,
-            publish_every=config.publish_every, bar=bar)
+            publish_every=config.publish_every,
+            actor_wait_s=config.actor_wait_s, bar=bar)
         # Actors past their random steps wait for weights: publish the
         # first ones before waiting for their episodes.
         phase.publish()
