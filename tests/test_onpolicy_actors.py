@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from rlds_reverb.acting import numpy_policy
 from rlds_reverb.acting import rollout_actor
 from rlds_reverb.agents.onpolicy import normalization
+from rlds_reverb.experiments import distributed
 from rlds_reverb.experiments import onpolicy
 from rlds_reverb.replay import variables
 from rlds_reverb.storage import tables
@@ -35,6 +37,7 @@ def _config(root_dir, port, **overrides):
       agent='ppo', env=ENV, root_dir=str(root_dir), env_steps=1024,
       eval_interval=1024, eval_episodes=2, checkpoint_interval=1024,
       num_actors=0, reverb_address=f'localhost:{port}',
+      actor_wait_s=60,  # An actor thread that dies fails, not hangs.
       ppo_config=onpolicy.ppo.PpoConfig(
           algorithm='ppo', num_envs=2, rollout_steps=64, epochs=2,
           minibatches=2, hidden=(16, 16)))
@@ -108,6 +111,20 @@ def test_two_actors_feed_one_learner_and_it_resumes(served, tmp_path):
                       eval_interval=512), seeds=(3,))
   assert second['env_steps'] == 1536
   assert variables.fetch(client).version == 1536 // rollout_size
+
+
+def test_learner_without_actors_stops_with_an_error(served, tmp_path):
+  """No rollout ever comes: an error after `actor_wait_s`, not a wait
+  for ever."""
+  started = time.monotonic()
+  with pytest.raises(distributed.ActorsSilentError,
+                     match=r'no new rollout from the actors for \d+ s '
+                           r'\(at env step 0, gradient step 0\)'):
+    onpolicy.train_onpolicy(_config(tmp_path, served.port, actor_wait_s=2),
+                            show_progress=False)
+  assert time.monotonic() - started < 120  # Bounded, where a hang is not.
+  # The first weights went out before the wait, as actors need them.
+  assert variables.fetch(served.localhost_client()) is not None
 
 
 def test_actor_statistics_merge_to_the_single_stream():

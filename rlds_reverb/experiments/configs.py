@@ -87,6 +87,10 @@ class ActorsConfig:
   a2c) into the tables of the server at reverb_address; the learner reads
   them as one process would and publishes its weights there
   (docs/distributed.md)."""
+  actor_wait_s: float = setting(600.0, lower=0, may_change=True)
+  """num_actors 0: seconds the learner waits for a new episode or rollout,
+  with nothing left to train, before it stops with an error (actors all
+  gone); 0: waits for ever."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -239,10 +243,6 @@ class OnlineConfig(OffPolicyConfig, ActorsConfig):
   """num_actors 0: gradient steps between publications of the learner's
   weights to the actors, inside a phase too (actors that collect while the
   learner trains act with weights at most this old)."""
-  actor_wait_s: float = setting(600.0, lower=0, may_change=True)
-  """num_actors 0: seconds the learner waits for a new episode, with
-  nothing left to train, before it stops with an error (actors all gone);
-  0: waits for ever."""
 
   @property
   def gradient_steps(self) -> int:

@@ -37,7 +37,46 @@ _WAIT_NOTICE_S = 60.0
 
 
 class ActorsSilentError(TimeoutError):
-  """No actor wrote an episode for longer than the learner waits."""
+  """No actor wrote for longer than the learner waits."""
+
+
+class ActorWait:
+  """A learner's wait for its actors: a line on the bar each minute, and
+  after `limit_s` (0: never) an error that says the actors are gone."""
+
+  def __init__(self, limit_s: float, bar: Optional[tqdm.tqdm], what: str,
+               poll_s: float = _POLL_S):
+    self._limit_s, self._bar, self._what = limit_s, bar, what
+    self._poll_s = poll_s
+    self._since: Optional[float] = None
+    self._noticed_at = 0.0
+
+  def arrived(self) -> None:
+    """Something new came in: the next wait starts from zero."""
+    self._since = None
+
+  def wait(self, env_steps: int, train_step: int) -> None:
+    """One poll found nothing new: say so, fail, or sleep a poll.
+
+    Raises:
+      ActorsSilentError: nothing new for longer than `limit_s`.
+    """
+    now = time.monotonic()
+    if self._since is None:
+      self._since = self._noticed_at = now
+    waited = now - self._since
+    if self._limit_s and waited > self._limit_s:
+      raise ActorsSilentError(
+          f'no new {self._what} from the actors for {waited:.0f} s (at env '
+          f'step {env_steps}, gradient step {train_step}): are the actor '
+          f'processes (pipelines.act) running and writing to this server? '
+          f'The checkpoint resumes the run; --actor_wait_s sets how long the '
+          f'learner waits (0: for ever)')
+    if now - self._noticed_at > _WAIT_NOTICE_S and self._bar is not None:
+      self._bar.write(f'waiting for actors: no new {self._what} for '
+                      f'{waited:.0f} s', file=sys.stderr)
+      self._noticed_at = now
+    time.sleep(self._poll_s)
 
 
 def check_remote_tables(client: reverb.Client, table: str,
@@ -68,13 +107,9 @@ class RemotePhase:
     self._run, self._replay, self._client = this_run, replay, client
     self._utd, self._train_every = utd, train_every
     self._learn_from, self._publish_every = learn_from, publish_every
-    self._timeout_s, self._bar = timeout_s, bar
-    self._actor_wait_s = actor_wait_s
+    self._timeout_s = timeout_s
+    self._wait = ActorWait(actor_wait_s, bar, 'episode')
     self._gradient_steps = max(1, int(train_every * utd))
-    # Since when nothing new was read (None: something was), and since
-    # the last notice on stderr.
-    self._waiting_since: Optional[float] = None
-    self._noticed_at: Optional[float] = None
 
   def budget(self) -> int:
     """Gradient steps the learner may take now: the single-process
@@ -127,25 +162,9 @@ class RemotePhase:
     new = self._replay.transitions_read - read
     if new:
       self._run.learner.env_steps.assign_add(new)
-      self._waiting_since = self._noticed_at = None
+      self._wait.arrived()
       self._train()
       return
     # Nothing unread: the actors are behind (or gone).
-    now = time.monotonic()
-    if self._waiting_since is None:
-      self._waiting_since = self._noticed_at = now
-    waited = now - self._waiting_since
-    if self._actor_wait_s and waited > self._actor_wait_s:
-      learner = self._run.learner
-      raise ActorsSilentError(
-          f'no new episode from the actors for {waited:.0f} s (at env step '
-          f'{int(learner.env_steps.numpy())}, gradient step '
-          f'{learner.train_step}): are the actor processes (pipelines.act) '
-          f'running and writing to this server? The checkpoint resumes the '
-          f'run; --actor_wait_s sets how long the learner waits (0: for '
-          f'ever)')
-    if now - self._noticed_at > _WAIT_NOTICE_S and self._bar is not None:
-      self._bar.write(f'waiting for actors: no new episode for {waited:.0f} s',
-                      file=sys.stderr)
-      self._noticed_at = now
-    time.sleep(_POLL_S)
+    learner = self._run.learner
+    self._wait.wait(int(learner.env_steps.numpy()), learner.train_step)

@@ -13,7 +13,6 @@ env-step clock and the normalisation statistics.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -33,6 +32,7 @@ from rlds_reverb.agents.onpolicy import normalization
 from rlds_reverb.agents.onpolicy import ppo
 from rlds_reverb.experiments import resume
 from rlds_reverb.experiments import configs
+from rlds_reverb.experiments import distributed
 from rlds_reverb.experiments import run
 from rlds_reverb.experiments import runner
 from rlds_reverb.replay import rollout_queue
@@ -41,9 +41,8 @@ from rlds_reverb.storage import tables
 
 ROLLOUT_TABLE = rollout_actor.ROLLOUT_TABLE
 # How long the learner of actor processes sleeps between polls of an empty
-# queue, and when it says it is waiting.
+# queue.
 _POLL_S = 0.05
-_WAIT_NOTICE_S = 60.0
 
 
 OnPolicyConfig = configs.OnPolicyConfig
@@ -383,13 +382,14 @@ class RemoteOnPolicyPhase(OnPolicyPhase):
   statistics in, update, publish the new weights and statistics."""
 
   def __init__(self, *args, norm: normalization.Normalization,
-               publish_info: dict, **kwargs):
+               publish_info: dict, actor_wait_s: float, **kwargs):
     super().__init__(*args, **kwargs)
     self._norm, self._publish_info = norm, publish_info
     self._fields = (*vector_rollouts.FIELDS, *rollout_actor.EXTRA_FIELDS,
                     *(rollout_actor.ADDED_PREFIX + key
                       for key in normalization.STATE_KEYS))
-    self._waiting_since = time.monotonic()
+    self._wait = distributed.ActorWait(actor_wait_s, self._bar,
+                                       'rollout', poll_s=_POLL_S)
 
   def publish(self) -> None:
     learner = self._run.learner
@@ -401,15 +401,10 @@ class RemoteOnPolicyPhase(OnPolicyPhase):
   def rollout(self, env_steps: int) -> tuple[dict, list[float], list[int]]:
     address = self._client.server_address
     while tables.get_table_info(self._client, self._table).current_size == 0:
-      waited = time.monotonic() - self._waiting_since
-      if waited > _WAIT_NOTICE_S and self._bar is not None:
-        self._bar.write(f'waiting for actors: no new rollout for '
-                        f'{waited:.0f} s', file=sys.stderr)
-        self._waiting_since = time.monotonic()
-      time.sleep(_POLL_S)
+      self._wait.wait(env_steps, self._run.learner.train_step)
     taken = rollout_queue.read(self._client, self._table, self._fields,
                                address=address)
-    self._waiting_since = time.monotonic()
+    self._wait.arrived()
     want = (self._config.rollout_steps, self._config.num_envs)
     if taken['reward'].shape != want:
       raise ValueError(f'actor {int(taken["actor"])} sent a rollout of '
@@ -611,7 +606,8 @@ class OnPolicyBuilder:
                 'rollout_steps': agent_config.rollout_steps,
                 'gamma': agent_config.gamma,
                 'observation_clip': agent_config.observation_clip,
-                'reward_clip': agent_config.reward_clip}, **phase_args)
+                'reward_clip': agent_config.reward_clip},
+            actor_wait_s=config.actor_wait_s, **phase_args)
         phase.publish()  # Actors wait for the first weights.
       else:
         phase = OnPolicyPhase(this_run, self._collector, self._updater,
