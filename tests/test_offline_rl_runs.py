@@ -325,18 +325,23 @@ def test_offline_bench_ends_ctrl_c_with_one_line(monkeypatch, capsys):
 def test_offline_bench_shows_each_runs_progress_on_stderr(tmp_path, progress):
   """tools/offline_suite.py, the long runs' driver: a bar with the rate (unless
   --no-progress) and a line per evaluation on stderr, the one JSON line
-  alone on stdout."""
+  alone on stdout; the curve where --curve says, else beside the runs
+  (never into docs/ unasked)."""
   data = str(tmp_path / 'data')
   recording.generate_dataset('HalfCheetah-v5', 'random', 2, data, seed=0,
                              max_episode_steps=20, show_progress=False)
+  asked = tmp_path / 'c.png'
   result = subprocess.run(
       [sys.executable, '-m', 'tools.offline_suite', '--dataset', data,
        '--agents', 'bc', '--seeds', '0', '--steps', '40',
        '--eval_interval', '20', '--eval_episodes', '1',
-       '--root', str(tmp_path / 'runs'), '--curve', str(tmp_path / 'c.png'),
+       '--root', str(tmp_path / 'runs'),
+       *(['--curve', str(asked)] if progress else []),
        '--progress' if progress else '--no-progress'],
       cwd=_REPO, capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
+  curve = asked if progress else tmp_path / 'runs' / 'curves.png'
+  assert curve.is_file() and curve.stat().st_size > 0
   [line] = result.stdout.splitlines()
   assert json.loads(line)['agent'] == 'bc'
   assert ('grad step/s' in result.stderr) == progress

@@ -192,12 +192,17 @@ def main() -> None:
                       'gradient steps/s (--no-progress: only the line each '
                       'evaluation writes there). Into a log file, '
                       'TQDM_MININTERVAL=60 (seconds) keeps it short.')
-  parser.add_argument('--curve', default='docs/results/offline_curves.png',
-                      help='PNG of every run\'s evaluation curve.')
-  parser.add_argument('--finetune_curve',
-                      default='docs/results/offline_to_online.png',
-                      help='PNG of the fine-tuning curve (--finetune_steps).')
+  parser.add_argument('--curve', default=None,
+                      help='PNG of every run\'s evaluation curve (default: '
+                      'ROOT/curves.png).')
+  parser.add_argument('--finetune_curve', default=None,
+                      help='PNG of the fine-tuning curve (--finetune_steps; '
+                      'default: ROOT/finetune_curve.png).')
   args = parser.parse_args()
+  # Run outputs stay beside the runs: a figure for docs/ is asked for.
+  args.curve = args.curve or os.path.join(args.root, 'curves.png')
+  args.finetune_curve = args.finetune_curve or os.path.join(
+      args.root, 'finetune_curve.png')
   # A job started in the background inherits SIGINT ignored; Ctrl-C (or
   # kill -INT) must still stop it, at worst losing the steps since the last
   # checkpoint.
