@@ -323,6 +323,37 @@ def wait_until_interrupted(
       signal.signal(sig, handler)
 
 
+class Signals:
+  """SIGINT and SIGTERM raise KeyboardInterrupt, and are remembered.
+
+  Also in a background job, which inherits SIGINT ignored. Remembered
+  because Python prints and drops an exception raised inside a `__del__`
+  or a callback ("Exception ignored in ..."), and tf.data runs such
+  deleters between a pipeline's episodes: a Ctrl-C that lands there would
+  be lost. Loops call `check` at each unit of work.
+  """
+
+  def __init__(self):
+    self.received: Optional[str] = None
+    self._previous = {sig: signal.signal(sig, self._handle)
+                      for sig in (signal.SIGINT, signal.SIGTERM)}
+
+  def _handle(self, signum, frame) -> None:
+    del frame
+    self.received = signal.Signals(signum).name
+    raise KeyboardInterrupt
+
+  def check(self) -> None:
+    """Raises KeyboardInterrupt if a signal came, whether or not the one
+    its handler raised got through."""
+    if self.received is not None:
+      raise KeyboardInterrupt
+
+  def restore(self) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
 class InterruptGuard:
   """Ctrl-C ends a pipeline even while the main thread is blocked in C++.
 

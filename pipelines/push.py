@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import re
-import signal
 import sys
 import time
 from typing import Any, Iterator, List, Optional
@@ -394,7 +393,8 @@ def _advice(error: BaseException, config: PushConfig,
 
 
 def push_dataset(dataset: tf.data.Dataset, target: Target,
-                 config: PushConfig, stats: push.PushStats) -> PushReport:
+                 config: PushConfig, stats: push.PushStats,
+                 signals: Optional[cli.Signals] = None) -> PushReport:
   """Pushes `dataset` into the target table with a progress bar on stderr.
 
   A `push.PushLedger` checks the table's size at each barrier and at the
@@ -418,13 +418,21 @@ def push_dataset(dataset: tf.data.Dataset, target: Target,
     dataset = dataset.skip(ledger.first_episode)
   stats.first_episode = stats.confirmed_position = ledger.first_episode
   with tqdm.tqdm(desc=f'{_PROG} {config.table}', unit='step') as bar:
+
+    def progress(steps: int) -> None:
+      # After each episode: a signal whose KeyboardInterrupt was dropped
+      # still ends the push here.
+      if signals is not None:
+        signals.check()
+      bar.update(steps)
+
     try:
       push.push_rlds_to_table(
           dataset, target.client, config.table,
           sequence_length=config.sequence_length,
           stride_length=config.stride_length, priority=config.priority,
           zero_terminal_discount=config.zero_terminal_discount, stats=stats,
-          progress=bar.update, num_workers=config.num_threads,
+          progress=progress, num_workers=config.num_threads,
           validate=not config.allow_nonfinite,
           allow_eviction=config.allow_eviction,
           timeout_s=config.server_timeout_s,
@@ -753,8 +761,7 @@ def main(argv: list[str]) -> None:
   config = config_from_flags()
   # Ctrl-C and SIGTERM end a push with its summary (exit 130), also when
   # the process was started in the background with SIGINT ignored.
-  signal.signal(signal.SIGINT, signal.default_int_handler)
-  signal.signal(signal.SIGTERM, signal.default_int_handler)
+  signals = cli.Signals()
   if config.shard_index >= 0:
     push_shard(config)
     return
@@ -764,7 +771,7 @@ def main(argv: list[str]) -> None:
   try:
     dataset, spec = load_dataset(config)
     with open_table(config, spec) as target:
-      report = push_dataset(dataset, target, config, stats)
+      report = push_dataset(dataset, target, config, stats, signals)
       print(report.to_json())
       print(report.to_text(), flush=True)
       if report.checkpoint:
