@@ -93,6 +93,7 @@ PUBLISHED_LINES = tuple(
     'hopper_medium_expert',
     'walker2d_medium_expert',
     'walker2d_medium_replay',
+    'hopper_medium_rebrac',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
