@@ -94,6 +94,7 @@ PUBLISHED_LINES = tuple(
     'walker2d_medium_expert',
     'walker2d_medium_replay',
     'hopper_medium_rebrac',
+    'walker2d_medium_rebrac',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
