@@ -99,7 +99,7 @@ class RemotePhase:
 
   def __init__(self, this_run: run.Run, replay: Any, client: reverb.Client,
                *, utd: float, train_every: int, learn_from: int,
-               publish_every: int, actor_wait_s: float = 0.0,
+               publish_every: int, actor_wait_s: float,
                timeout_s: float = tables.DEFAULT_TIMEOUT_S,
                bar: Optional[tqdm.tqdm] = None):
     """`actor_wait_s`: seconds without a new episode, while the learner
