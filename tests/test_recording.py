@@ -6,7 +6,10 @@ The `cheetah` fixture (conftest.py) records 3 HalfCheetah episodes once.
 
 import os
 import pathlib
+import platform
 import re
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +25,8 @@ from rlds_reverb.acting import numpy_policy
 from conftest import _episodes  # pylint: disable=g-bad-import-order
 from conftest import CHEETAH_LIMIT as LIMIT  # pylint: disable=g-bad-import-order
 from conftest import CHEETAH_SEED as SEED  # pylint: disable=g-bad-import-order
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_summary_counts_what_was_written(cheetah):
@@ -296,3 +301,48 @@ def test_a_step_budget_records_whole_terminating_episodes(tmp_path):
     assert ep['is_last'][-1] and not ep['is_last'][:-1].any()
     # Short episodes fell (terminal); full ones hit the time limit.
     assert ep['is_terminal'][-1] == (length < limit)
+
+
+# Prints a fingerprint of a float32 product (which BLAS kernel ran) and one
+# of the actions the shipped Hopper medium policy records over 2,000 steps.
+_FINGERPRINTS = """
+import hashlib
+import gymnasium as gym
+import numpy as np
+from rlds_reverb.data import behaviour_policies
+rng = np.random.default_rng(0)
+a = rng.standard_normal((4, 256)).astype(np.float32)
+b = rng.standard_normal((256, 256)).astype(np.float32)
+print(hashlib.sha256((a @ b).tobytes()).hexdigest())
+env = gym.make('Hopper-v5')
+act = behaviour_policies.as_recording_policy(
+    behaviour_policies.load_policy('medium', 'Hopper-v5'),
+    env.observation_space, env.action_space, 0, 'medium')
+observation, _ = env.reset(seed=0)
+actions = hashlib.sha256()
+for _ in range(2000):
+  action, _ = act(observation[None])
+  actions.update(action.tobytes())
+  observation, _, terminated, truncated, _ = env.step(action[0])
+  if terminated or truncated:
+    observation, _ = env.reset()
+print(actions.hexdigest())
+"""
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ('x86_64', 'amd64'),
+                    reason='OPENBLAS_CORETYPE names x86 kernels')
+def test_a_recording_does_not_depend_on_the_blas_kernel():
+  """The same seed records the same actions whichever BLAS kernel the CPU
+  gets (OpenBLAS picks one per CPU model; OPENBLAS_CORETYPE forces one):
+  in float32 the policy's last bits, and from them the episodes, differed."""
+  prints = {}
+  for kernel in ('Prescott', 'Sandybridge'):
+    done = subprocess.run(
+        [sys.executable, '-c', _FINGERPRINTS], cwd=REPO, check=True,
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, 'OPENBLAS_CORETYPE': kernel})
+    prints[kernel] = done.stdout.split()
+  (product_a, actions_a), (product_b, actions_b) = prints.values()
+  assert product_a != product_b  # the two kernels did run
+  assert actions_a == actions_b

@@ -202,7 +202,14 @@ class NumpyPolicy:
     if x.shape[-1] != self.observation_size:
       raise ValueError(f'policy takes observations of size '
                        f'{self.observation_size}, got shape {x.shape}')
-    x = normalise(x, self.obs_mean, self.obs_std, self.obs_clip)
+    # The dense layers run in float64 and the heads round to float32: a
+    # float32 product's last bits depend on which BLAS kernel the CPU gets
+    # (OpenBLAS picks one per CPU model), and one bit of an action makes a
+    # MuJoCo episode diverge, so a float32 pass records a different dataset
+    # of the same seed on each kind of CPU. float64's differences are far
+    # below float32's rounding, where they (almost always) vanish.
+    x = normalise(x, self.obs_mean, self.obs_std, self.obs_clip).astype(
+        np.float64)
     hidden = np.tanh if self.activation == 'tanh' else (
         lambda h: np.maximum(h, 0.0))
     for kernel, bias in zip(self.kernels[:-1], self.biases[:-1]):
