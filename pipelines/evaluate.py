@@ -38,7 +38,7 @@ _EPISODES = flags.DEFINE_integer(
 _SEED = flags.DEFINE_integer(
     'seed', 0, 'Episode i runs in an env seeded with seed + i.', lower_bound=0)
 _REPEAT_ACTION_PROBABILITY = flags.DEFINE_float(
-    'repeat_action_probability', None, 'Atari (ALE/...) only: the '
+    'repeat_action_probability', None, 'Atari (ALE/..., ...NoFrameskip-v4) only: the '
     'probability that the emulator repeats the previous action instead of '
     'the one given, per frame (sticky actions, Machado et al. 2018). Unset: '
     'the env\'s own (ALE v5: 0.25); 0: deterministic actions, as the '
@@ -63,7 +63,8 @@ def main(argv: list[str]) -> None:
   if _REPEAT_ACTION_PROBABILITY.value is not None:
     if not atari.is_atari(_ENV.value):
       cli.fail(_PROG, ValueError(
-          '--repeat_action_probability is for Atari envs (ALE/...), not '
+          '--repeat_action_probability is for Atari envs (ALE/..., '
+          '...NoFrameskip-v4), not '
           f'{_ENV.value!r}'), code=2)
     env_kwargs['repeat_action_probability'] = _REPEAT_ACTION_PROBABILITY.value
   try:

@@ -33,7 +33,8 @@ _ENV = flags.DEFINE_string(
     'as a dict observation feature), or an Atari game as ALE/<Game>-v5 '
     '(e.g. ALE/Pong-v5: one 84x84 grey uint8 frame per step, frame skip 4, '
     'up to 30 no-ops at reset, sticky actions as v5 defines them; lives '
-    'and rewards kept as the game gives them; time limit 27000 steps).')
+    'and rewards kept as the game gives them; time limit 27000 steps) or '
+    'as <Game>NoFrameskip-v4 (the same without sticky actions).')
 _POLICY = flags.DEFINE_string(
     'policy', 'random',
     'Behaviour policy: random, a policy shipped for --env (HalfCheetah-v5, '

@@ -51,6 +51,36 @@ def test_specs_keep_frames_uint8_and_actions_discrete():
   assert specs.max_episode_steps == atari.MAX_EPISODE_STEPS == 27_000
 
 
+def _frames(env_id: str, **env_kwargs) -> tuple[np.ndarray, float]:
+  """300 steps of fixed random actions from seed 1: the frames, and the
+  emulator's sticky-action probability."""
+  env = acting_envs.make_env(env_id, **env_kwargs)
+  frames = [env.reset(seed=1)[0]]
+  for action in np.random.default_rng(0).integers(0, 6, 300):
+    frames.append(env.step(int(action))[0])
+  return (np.stack(frames),
+          env.unwrapped.ale.getFloat('repeat_action_probability'))
+
+
+def test_no_frameskip_v4_is_v5_without_sticky_actions():
+  """The seed codebase's PongNoFrameskip-v4: the same preprocessing and
+  time limit as ALE/Pong-v5, the same frames as v5 with sticky actions off."""
+  assert atari.is_atari('PongNoFrameskip-v4')
+  assert atari.is_atari('ALE/Pong-v5')
+  assert not atari.is_atari('Pong-v4')  # random frame skip: not ours
+  specs = acting_envs.env_specs('PongNoFrameskip-v4')
+  assert specs.observation_shape == (84, 84) and specs.frame_stack == 4
+  assert specs.discrete and int(specs.action_spec.maximum) == 5
+  assert specs.max_episode_steps == atari.MAX_EPISODE_STEPS
+  v4, v4_sticky = _frames('PongNoFrameskip-v4')
+  v5_off, _ = _frames('ALE/Pong-v5', repeat_action_probability=0.0)
+  v5, v5_sticky = _frames('ALE/Pong-v5')
+  assert (v4_sticky, v5_sticky) == (0.0, 0.25)
+  assert v4.shape == (301, 84, 84) and v4.dtype == np.uint8
+  np.testing.assert_array_equal(v4, v5_off)
+  assert not np.array_equal(v4, v5)
+
+
 def test_one_frame_per_step_truncated_at_the_time_limit(pong):
   summary, episodes, _ = pong
   assert summary.num_episodes == 2 and summary.num_env_steps == 2 * LIMIT

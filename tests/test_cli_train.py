@@ -187,7 +187,7 @@ def test_dqn_per_double_dueling_run_and_resume(tmp_path):
   assert sticky.returncode == 2
   assert sticky.stderr.strip().splitlines()[-1] == (
       "evaluate: error: --repeat_action_probability is for Atari envs "
-      "(ALE/...), not 'CartPole-v1'")
+      "(ALE/..., ...NoFrameskip-v4), not 'CartPole-v1'")
   # Rerunning with a larger budget resumes: 2 more phases, not 6.
   second = _summary(_train(*common, '--steps', '1536'))
   assert second['env_steps'] == 1536 and second['train_step'] == 384

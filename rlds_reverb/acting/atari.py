@@ -13,15 +13,22 @@ What the data keeps as the game gave it: a life lost is not a terminal
 and rewards are not clipped. Both are training choices of the learner.
 Sticky actions stay as ALE v5 defines them (repeat probability 0.25,
 Machado et al. 2018), unless the caller passes `repeat_action_probability`.
+The `<Game>NoFrameskip-v4` ids of the older papers (the seed codebase's
+PongNoFrameskip-v4, OpenAI Baselines') are the same game without sticky
+actions, made with the same preprocessing (Baselines' NoopReset and
+MaxAndSkip are AtariPreprocessing's no-ops and frame skip), so a run can
+be compared with figures reported on them.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gymnasium as gym
 
 PREFIX = 'ALE/'
+_NO_FRAMESKIP_V4 = re.compile(r'[A-Z][A-Za-z]*NoFrameskip-v4')
 FRAME_SKIP = 4
 SCREEN_SIZE = 84
 NOOP_MAX = 30
@@ -32,7 +39,9 @@ MAX_EPISODE_STEPS = 108_000 // FRAME_SKIP
 
 
 def is_atari(env_id: str) -> bool:
-  return env_id.startswith(PREFIX)
+  """`ALE/<Game>-v5` or `<Game>NoFrameskip-v4`."""
+  return (env_id.startswith(PREFIX)
+          or _NO_FRAMESKIP_V4.fullmatch(env_id) is not None)
 
 
 def _register() -> None:
@@ -52,7 +61,8 @@ def make_atari(env_id: str, max_episode_steps: int | None = None,
     ValueError: not an ALE id, or one ale-py does not know.
   """
   if not is_atari(env_id):
-    raise ValueError(f'not an Atari env id (ALE/<Game>-v5): {env_id!r}')
+    raise ValueError(f'not an Atari env id (ALE/<Game>-v5 or '
+                     f'<Game>NoFrameskip-v4): {env_id!r}')
   _register()
   try:
     env = gym.make(env_id, frameskip=1, **kwargs)

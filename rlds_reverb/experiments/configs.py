@@ -338,8 +338,8 @@ def make(cls: type, agent: str, given: Mapping[str, Any], *,
   strategy is given, per_config's beta_steps spans the run's gradient
   steps and agent_config takes the run's seed and offline budget unless
   set. `discrete` (on-policy defaults): None reads the env's action
-  space; offline and online runs on an Atari env (ALE/...) take its image
-  defaults."""
+  space; offline and online runs on an Atari env (ALE/...,
+  ...NoFrameskip-v4) take its image defaults."""
   her_run = 'her_config.strategy' in given
   image = False
   if discrete is None:  # On-policy defaults follow the env's actions.
