@@ -48,6 +48,17 @@ def test_bfloat16_runs_are_rows_of_their_own(tmp_path):
       ([45.0], None), ([44.0], 'bfloat16')]
 
 
+def test_a_line_that_bootstraps_through_terminations_is_no_row(tmp_path):
+  """--bootstrap_through_terminals measures what a loader bug costs; its
+  line sits beside the contract's in one file and joins no row."""
+  path = tmp_path / 'a.jsonl'
+  buggy = json.loads(_line([0], [20.0]))
+  buggy['bootstrap_through_terminals'] = True
+  path.write_text(_line([0], [45.0]) + '\n' + json.dumps(buggy) + '\n')
+  rows = tools_module('offline_table').summarize([str(path)])['rows']
+  assert [r['scores'] for r in rows] == [[45.0]]
+
+
 def _run_dir(tmp_path, steps, scores, *, train_steps=1_000_000,
              dataset='data/m'):
   run_dir = tmp_path / 'cql_sac_seed0'

@@ -95,6 +95,7 @@ PUBLISHED_LINES = tuple(
     'walker2d_medium_replay',
     'hopper_medium_rebrac',
     'walker2d_medium_rebrac',
+    'hopper_medium_terminations_100k',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
@@ -114,6 +115,8 @@ def summarize(paths: list[str]) -> dict:
         record = json.loads(line)
         if 'normalized_scores' not in record:
           continue
+        if record.get('bootstrap_through_terminals'):
+          continue  # A loader bug's cost measured, not the method's score.
         kind = record.get('dataset_kind', 'medium')
         dtype = record.get('critic_dtype', 'float32')
         key = (record['agent'], kind, record['steps'], dtype)
