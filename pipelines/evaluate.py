@@ -38,11 +38,12 @@ _EPISODES = flags.DEFINE_integer(
 _SEED = flags.DEFINE_integer(
     'seed', 0, 'Episode i runs in an env seeded with seed + i.', lower_bound=0)
 _REPEAT_ACTION_PROBABILITY = flags.DEFINE_float(
-    'repeat_action_probability', None, 'Atari (ALE/..., ...NoFrameskip-v4) only: the '
-    'probability that the emulator repeats the previous action instead of '
-    'the one given, per frame (sticky actions, Machado et al. 2018). Unset: '
-    'the env\'s own (ALE v5: 0.25); 0: deterministic actions, as the '
-    'NoFrameskip-v4 envs of older papers.', lower_bound=0, upper_bound=1)
+    'repeat_action_probability', None,
+    'Atari (ALE/..., ...NoFrameskip-v4) only: the probability that the '
+    'emulator repeats the previous action instead of the one given, per '
+    'frame (sticky actions, Machado et al. 2018). Unset: the env\'s own '
+    '(ALE v5: 0.25); 0: deterministic actions, as the NoFrameskip-v4 envs '
+    'of older papers.', lower_bound=0, upper_bound=1)
 
 
 def main(argv: list[str]) -> None:

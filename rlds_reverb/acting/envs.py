@@ -129,8 +129,11 @@ def register_robotics_envs(env_id: str) -> None:
 
 
 def make_env(env_id: str, **kwargs) -> gym.Env:
-  """gym.make with a one-line error for unknown or broken env ids; Atari
-  ids (`ALE/...`, `...NoFrameskip-v4`) come preprocessed (`atari.make_atari`)."""
+  """gym.make with a one-line error for unknown or broken env ids.
+
+  Atari ids (`ALE/...`, `...NoFrameskip-v4`) come preprocessed
+  (`atari.make_atari`).
+  """
   if atari.is_atari(env_id):
     return atari.make_atari(env_id, **kwargs)
   register_robotics_envs(env_id)
