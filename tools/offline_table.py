@@ -96,6 +96,7 @@ PUBLISHED_LINES = tuple(
     'hopper_medium_rebrac',
     'walker2d_medium_rebrac',
     'hopper_medium_terminations_100k',
+    'walker2d_medium_100k',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
