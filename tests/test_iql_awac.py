@@ -1,6 +1,7 @@
-"""rlds_reverb.agents.offline.iql and awac: the expectile loss by hand, losses fall
-on a fixed batch, checkpoints restore every variable, TD errors per item,
-PER weights reach the critic losses, IQL's actor rate decays.
+"""rlds_reverb.agents.offline.iql and awac: the expectile loss by hand, critics
+fit and actors clone a fixed batch (either actor), the Gaussian actor is
+CORL's, checkpoints restore every variable, TD errors per item, PER
+weights reach the critic losses, IQL's actor rate decays.
 """
 # pylint: disable=protected-access
 
@@ -16,6 +17,7 @@ from tf_agents.trajectories import time_step as ts
 from rlds_reverb.agents import factory
 from rlds_reverb.agents.offline import awac
 from rlds_reverb.agents.offline import iql
+from rlds_reverb.agents.offline import offline_agent
 from rlds_reverb.experiments import run
 from conftest import _fixed_batch  # pylint: disable=g-bad-import-order
 
@@ -26,7 +28,7 @@ WEIGHTED_PARTS = {'iql': ('value_loss', 'critic_loss'),
                   'awac': ('critic_loss',)}
 
 
-def make(kind, seed=0, train_steps=1000):
+def make(kind, seed=0, train_steps=1000, actor='squashed'):
   run.seed_everything(seed)  # also the actor's Keras initialisers
   time_step_spec = ts.time_step_spec(
       tensor_spec.TensorSpec([17], tf.float32, name='observation'))
@@ -37,7 +39,10 @@ def make(kind, seed=0, train_steps=1000):
       actor_layers=(256, 256), critic_layers=(256, 256), gamma=0.99,
       target_update_tau=0.005, reward_scale_factor=1.0,
       train_steps=train_steps, seed=seed)
-  return MAKERS[kind](time_step_spec, action_spec, config)
+  method_config = (iql.IqlConfig(actor=actor) if kind == 'iql'
+                   else awac.AwacConfig(actor=actor))
+  return MAKERS[kind](time_step_spec, action_spec, config, None,
+                      method_config)
 
 
 def all_variables(agent):
@@ -66,17 +71,65 @@ def test_expectile_loss_by_hand():
   assert float(iql.expectile_loss(diff, 0.5)) == pytest.approx(1.78125)
 
 
+def data_log_likelihood(agent, batch):
+  """Mean log pi(a | s) of the batch's actions under the agent's actor."""
+  step = agent.transition(batch)
+  return float(tf.reduce_mean(agent.action_distribution(
+      step.observation).log_prob(agent.inside_bounds(step.action))))
+
+
+@pytest.mark.parametrize('actor', offline_agent.ACTORS)
 @pytest.mark.parametrize('kind', ['iql', 'awac'])
-def test_total_loss_falls_on_a_fixed_batch(kind):
-  agent = make(kind)
+def test_critic_fits_and_actor_clones_a_fixed_batch(kind, actor):
+  # The total loss need not fall: the advantage weights grow as the
+  # critics fit. The critic loss falls and the data actions' likelihood
+  # rises under either actor.
+  agent = make(kind, actor=actor)
   batch = _fixed_batch(BATCH)  # [B, 2] Trajectory, HalfCheetah-shaped
   tf.nest.assert_same_structure(batch, agent.training_data_spec)
   train = tf.function(agent.train, autograph=False)
-  losses = [float(train(batch).loss) for _ in range(200)]
-  assert np.all(np.isfinite(losses))
-  first, last = np.mean(losses[:10]), np.mean(losses[-10:])
+  likelihood_before = data_log_likelihood(agent, batch)
+  critic_losses = [float(train(batch).extra.critic_loss)
+                   for _ in range(200)]
+  assert np.all(np.isfinite(critic_losses))
+  first, last = np.mean(critic_losses[:10]), np.mean(critic_losses[-10:])
   assert last < first, (first, last)
+  likelihood_after = data_log_likelihood(agent, batch)
+  assert likelihood_after > likelihood_before + 0.1, (
+      likelihood_before, likelihood_after)
   assert int(agent.train_step_counter.numpy()) == 200
+
+
+@pytest.mark.parametrize('kind', ['iql', 'awac'])
+def test_gaussian_actor_is_corls(kind):
+  """State-independent std (log std clamped at [-20, 2]), tanh mean for
+  IQL and a free mean for AWAC, and no tanh Jacobian in the likelihood of
+  an action near the bounds."""
+  # Not the default: the published rows used TF-Agents' squashed actor.
+  assert (iql.IqlConfig().actor, awac.AwacConfig().actor) == (
+      'squashed', 'squashed')
+  agent = make(kind, actor='gaussian')
+  obs = tf.constant(np.random.default_rng(1).normal(size=(5, 17)),
+                    tf.float32)
+  distribution = agent.action_distribution(obs)
+  scale = distribution.stddev().numpy()
+  np.testing.assert_allclose(scale, np.ones_like(scale))  # log std 0
+  np.testing.assert_allclose(scale, scale[:1].repeat(5, 0))  # per state
+  projection = agent._actor_network._projection_networks
+  projection._bias.bias.assign(tf.fill([6], 5.0))
+  np.testing.assert_allclose(agent.action_distribution(obs).stddev(),
+                             np.exp(2.0), rtol=1e-5)  # clamped at 2
+  projection._bias.bias.assign(tf.zeros([6]))
+  if kind == 'iql':
+    mean = distribution.mean().numpy()
+    assert np.all(np.abs(mean) < 1.0)
+  # log N(0.9999; mean, 1), summed over 6 dimensions, by hand.
+  action = tf.fill([5, 6], 0.9999)
+  mean = distribution.mean()
+  by_hand = tf.reduce_sum(-0.5 * tf.square(action - mean)
+                          - 0.5 * np.log(2 * np.pi), axis=-1)
+  np.testing.assert_allclose(distribution.log_prob(action), by_hand,
+                             rtol=1e-5)
 
 
 @pytest.mark.parametrize('kind', ['iql', 'awac'])
@@ -169,3 +222,9 @@ def test_iql_actor_rate_rises_again_after_its_period():
   schedule = iql_lib.PeriodicCosine(1.0, 4)
   assert [round(float(schedule(s)), 6) for s in (0, 2, 4, 6, 8)] == [
       1.0, 0.5, 0.0, 0.5, 1.0]
+
+
+def test_unknown_actor_is_named():
+  with pytest.raises(ValueError, match="unknown actor 'beta'.*squashed, "
+                     'gaussian'):
+    make('iql', actor='beta')

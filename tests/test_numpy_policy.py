@@ -69,3 +69,36 @@ def test_policy_file_errors(tmp_path):
   np.savez(tmp_path / 'other.npz', x=np.zeros(2))
   with pytest.raises(ValueError, match='not a policy file'):
     numpy_policy.load(str(tmp_path / 'other.npz'))
+
+
+def test_tanh_mean_gaussian_samples_around_its_squashed_mean():
+  """IQL's head: greedy is the tanh mean scaled to the bounds; samples
+  are N(that mean, exp(log_std)) and unclipped. 20,000 draws: the sample
+  mean is within 5 standard errors (0.5 / sqrt(20000) * 5 = 0.018) of the
+  greedy action, the sample std within 3 % of 0.5."""
+  rng = np.random.default_rng(0)
+  policy = numpy_policy.NumpyPolicy(
+      head='tanh_mean_gaussian',
+      kernels=[rng.normal(size=(4, 2)).astype(np.float32)],
+      biases=[np.array([3.0, -0.2], np.float32)],
+      action_low=np.array([-2.0, -1.0], np.float32),
+      action_high=np.array([1.0, 1.0], np.float32),
+      log_std=np.log(np.full(2, 0.5, np.float32)))
+  obs = np.zeros((20_000, 4), np.float32)
+  greedy = policy.greedy(obs[:1])[0]
+  # center + magnitude * tanh(bias): (-0.5 + 1.5 tanh 3, tanh -0.2).
+  np.testing.assert_allclose(greedy, [-0.5 + 1.5 * np.tanh(3.0),
+                                      np.tanh(-0.2)], rtol=1e-5)
+  actions, log_probs = policy.sample(obs, rng)
+  np.testing.assert_allclose(actions.mean(0), greedy, atol=0.018)
+  np.testing.assert_allclose(actions.std(0), 0.5, rtol=0.03)
+  assert actions.max() > 1.0  # unclipped: the env clips
+  # The log-density of each draw, by hand.
+  z = (actions.astype(np.float64) - greedy) / 0.5
+  by_hand = np.sum(-0.5 * z**2 - 0.5 * np.log(2 * np.pi) - np.log(0.5), -1)
+  np.testing.assert_allclose(log_probs, by_hand, atol=1e-4)
+  with pytest.raises(ValueError, match='log_std goes with the heads'):
+    numpy_policy.NumpyPolicy(
+        head='tanh_mean_gaussian', kernels=policy.kernels,
+        biases=policy.biases, action_low=policy.action_low,
+        action_high=policy.action_high)

@@ -21,7 +21,7 @@ OBS, ACT = 5, 3
 
 def _policy(head, rng, *, obs_size=OBS, normalise=True, clip=None):
   outputs = {'tanh_normal': 2 * ACT, 'deterministic': ACT, 'gaussian': ACT,
-             'q_argmax': 4, 'categorical': 4}[head]
+             'tanh_mean_gaussian': ACT, 'q_argmax': 4, 'categorical': 4}[head]
   discrete = head in ('q_argmax', 'categorical')
   return numpy_policy.NumpyPolicy(
       head=head,
@@ -39,7 +39,8 @@ def _policy(head, rng, *, obs_size=OBS, normalise=True, clip=None):
       else None,
       obs_clip=clip,
       activation='tanh' if head == 'gaussian' else 'relu',
-      log_std=np.full(ACT, -0.5, np.float32) if head == 'gaussian' else None)
+      log_std=(np.full(ACT, -0.5, np.float32)
+               if head in numpy_policy.GAUSSIAN_HEADS else None))
 
 
 def _time_step(observation):
@@ -72,7 +73,7 @@ def test_greedy_savedmodel_acts_as_the_npz(head, tmp_path):
   # Collect actions explore within the bounds.
   collect = tf.saved_model.load(paths['collect'])
   explored = collect.action(_time_step(observations)).action.numpy()
-  if head != 'gaussian':  # PPO's samples are unbounded: the env clips.
+  if head not in numpy_policy.GAUSSIAN_HEADS:  # Unbounded: the env clips.
     assert np.all(explored >= policy.action_low)
     assert np.all(explored <= policy.action_high)
   if head != 'q_argmax':  # epsilon 0.05 may leave 64 draws all greedy.

@@ -8,9 +8,10 @@ Written to find why IQL and AWAC collapse on hopper-medium-expert
 weight, which hides where the weights go. It trains the registry's agent
 as `pipelines.train` does (observation normalisation, IQL's reward scale,
 uniform batches of 256) but from flat arrays in memory, so it needs no
-Reverb server; `--actor gaussian` swaps in CORL's actor (a Gaussian with
-a tanh mean and one learned log-std per action dimension) to tell the
-actor's form from the weights.
+Reverb server; `--actor gaussian` trains CORL's actor (IQL: a Gaussian
+with a tanh mean and one learned log-std per action dimension;
+`offline_agent.gaussian_actor`) to tell the actor's form from the
+weights.
 
   python -m tools.advantage_probe --dataset data/hopper_v5_medium_expert \\
       --env Hopper-v5 --agent iql --seed 2 --steps 30000 --out probe.jsonl
@@ -28,15 +29,12 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
-import tensorflow_probability as tfp
-from tf_agents.networks import network
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from rlds_reverb.acting import envs
 from rlds_reverb.agents import factory
 from rlds_reverb.agents import registry
-from rlds_reverb.agents.offline import iql as iql_lib
 from rlds_reverb.agents.offline import offline_agent
 from rlds_reverb.data import datasets
 from rlds_reverb.experiments import offline_data
@@ -52,9 +50,11 @@ def define_flags() -> None:
   flags.DEFINE_enum('agent', 'iql', ['iql', 'awac'],
                     'Advantage-weighted learner to train.')
   flags.DEFINE_enum(
-      'actor', 'squashed', ['squashed', 'gaussian'],
-      "squashed: the toolkit's tanh-squashed Gaussian (state-dependent std); "
-      "gaussian: CORL's (tanh mean, state-independent log-std); IQL only.")
+      'actor', 'squashed', list(offline_agent.ACTORS),
+      "squashed: the toolkit's default, TF-Agents' tanh-squashed Gaussian "
+      "(state-dependent std); gaussian: CORL's (IQL: tanh mean; AWAC: free "
+      'mean, clipped; a state-independent log-std): IqlConfig.actor and '
+      'AwacConfig.actor.')
   flags.DEFINE_integer('seed', 0, 'Seed of the networks and batches.')
   flags.DEFINE_integer('steps', 30_000, 'Gradient steps in all.')
   flags.DEFINE_integer('every', 2_000, 'Gradient steps between two reports.')
@@ -120,26 +120,6 @@ def transition_kinds(data: dict[str, np.ndarray], samples: int,
           for name, mask in kinds.items() if mask.any()}
 
 
-class GaussianActor(network.Network):
-  """CORL's IQL/AWAC actor: N(tanh(mlp(s)), exp(log_std)), log_std one
-  free vector clipped to [-20, 2]."""
-
-  def __init__(self, observation_spec: Any, action_size: int):
-    super().__init__(input_tensor_spec=observation_spec, state_spec=(),
-                     name='GaussianActor')
-    self._mlp = tf.keras.Sequential([
-        tf.keras.layers.Dense(256, 'relu'), tf.keras.layers.Dense(256, 'relu'),
-        tf.keras.layers.Dense(action_size)])
-    self._log_std = tf.Variable(tf.zeros([action_size]), name='log_std')
-
-  def call(self, observation, step_type=(), network_state=(), training=False):
-    del step_type, training
-    mean = tf.tanh(self._mlp(observation))
-    std = tf.exp(tf.clip_by_value(self._log_std, -20.0, 2.0))
-    normal = tfp.distributions.Normal(mean, std * tf.ones_like(mean))
-    return tfp.distributions.Independent(normal, 1), network_state
-
-
 def _advantages(agent: Any, name: str, observation: tf.Tensor,
                 action: tf.Tensor) -> tuple[np.ndarray, np.ndarray, float]:
   """The actor's advantages, as its `_train` computes them, their Q, and
@@ -158,9 +138,6 @@ def _advantages(agent: Any, name: str, observation: tf.Tensor,
 def main(argv: list[str]) -> None:
   del argv
   name, seed, steps = FLAGS.agent, FLAGS.seed, FLAGS.steps
-  if FLAGS.actor == 'gaussian' and name != 'iql':
-    raise app.UsageError('--actor gaussian is for --agent iql (AWAC samples '
-                         'its actor for its critic targets)')
   cache = FLAGS.cache
   if cache and os.path.exists(cache):
     with np.load(cache) as saved:
@@ -178,17 +155,11 @@ def main(argv: list[str]) -> None:
   agent = registry.make_agent(
       name, specs.time_step_spec, specs.action_spec,
       registry.resolve(name, factory.AgentConfig(seed=seed,
-                                                 train_steps=steps)))
+                                                 train_steps=steps)),
+      method_config=registry.get(name).method_config(actor=FLAGS.actor))
   if registry.get(name).scales_rewards:
     returns = np.bincount(data['episode'], weights=data['reward'])
     agent.reward_scale.assign(offline_data.reward_scale(returns))
-  if FLAGS.actor == 'gaussian':
-    actor = GaussianActor(specs.time_step_spec.observation,
-                          int(np.prod(specs.action_spec.shape)))
-    actor.create_variables(specs.time_step_spec.observation)
-    agent._actor_network = actor  # pylint: disable=protected-access
-    agent._actor_optimizer = offline_agent.OfflineAgent.make_optimizer(  # pylint: disable=protected-access
-        iql_lib.PeriodicCosine(3e-4, steps), actor.trainable_variables)
 
   observation = tf.constant(normalize(data['observation']))
   next_observation = tf.constant(normalize(data['next_observation']))
@@ -222,8 +193,8 @@ def main(argv: list[str]) -> None:
       obs, _ = env.reset(seed=100 + episode)
       total, length, done = 0.0, 0, False
       while not done:
-        greedy = agent.action_distribution(
-            tf.constant(normalize(obs[None])), training=False).mode()
+        greedy = agent.clip_to_bounds(agent.action_distribution(
+            tf.constant(normalize(obs[None])), training=False).mode())
         obs, r, terminated, truncated, _ = env.step(greedy.numpy()[0])
         total, length = total + float(r), length + 1
         done = terminated or truncated

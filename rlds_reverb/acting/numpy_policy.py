@@ -17,10 +17,12 @@ Three heads, matching the TF-Agents networks the learners use:
   'q_argmax'     QNetwork / DuelingQNetwork (DQN): the outputs are Q-values
                  of the discrete actions action_low..action_high; greedy is
                  their argmax, exploration epsilon-greedy.
-  'gaussian'     on-policy actors (PPO, A2C): the output is the mean of a
-                 Gaussian with a state-independent `log_std`; samples are
-                 not squashed (the env clips them), greedy is the mean
-                 clipped to the bounds.
+  'gaussian'     on-policy actors (PPO, A2C) and AWAC's: the output is the
+                 mean of a Gaussian with a state-independent `log_std`;
+                 samples are not squashed (the env clips them), greedy is
+                 the mean clipped to the bounds.
+  'tanh_mean_gaussian'  IQL's actor: as 'gaussian', but the mean is the
+                 output's tanh scaled to the action bounds.
   'categorical'  on-policy actors with discrete actions: the outputs are
                  logits of action_low..action_high.
 Hidden layers are relu, or tanh where `activation` says so (PPO's).
@@ -43,7 +45,9 @@ from typing import Any
 import numpy as np
 
 HEADS = ('tanh_normal', 'deterministic', 'q_argmax', 'gaussian',
-         'categorical')
+         'tanh_mean_gaussian', 'categorical')
+# The heads whose policies carry a state-independent `log_std`.
+GAUSSIAN_HEADS = ('gaussian', 'tanh_mean_gaussian')
 ACTIVATIONS = ('relu', 'tanh')
 _LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -125,7 +129,8 @@ class NumpyPolicy:
       running normalisation), or None.
     metadata: JSON-able facts about where the weights came from.
     activation: of the hidden layers, one of ACTIVATIONS.
-    log_std: the 'gaussian' head's log standard deviations [action size].
+    log_std: a GAUSSIAN_HEADS head's log standard deviations [action
+      size].
     conv_kernels, conv_biases, conv_strides: valid ReLU convolutions run
       on the observation before the MLP (image policies), or None.
     obs_scale: image observations are multiplied by it first (1/255).
@@ -156,9 +161,9 @@ class NumpyPolicy:
     if self.activation not in ACTIVATIONS:
       raise ValueError(f'activation must be one of {ACTIVATIONS}, got '
                        f'{self.activation!r}')
-    if (self.head == 'gaussian') != (self.log_std is not None):
-      raise ValueError("log_std goes with the 'gaussian' head, and only "
-                       f"with it; head {self.head!r}, log_std "
+    if (self.head in GAUSSIAN_HEADS) != (self.log_std is not None):
+      raise ValueError(f'log_std goes with the heads {GAUSSIAN_HEADS}, and '
+                       f"only with them; head {self.head!r}, log_std "
                        f"{'given' if self.log_std is not None else 'None'}")
     if not self.kernels or len(self.kernels) != len(self.biases):
       raise ValueError(f'need one bias per kernel, got {len(self.kernels)} '
@@ -226,6 +231,7 @@ class NumpyPolicy:
           np.float32)
     if self.head == 'tanh_normal':
       out = out[..., :self.action_size]
+    # 'deterministic', 'tanh_mean_gaussian' and 'tanh_normal': tanh(mean).
     return (self._center + self._magnitude * np.tanh(out)).astype(np.float32)
 
   def action_log_probs(self, observations: np.ndarray) -> np.ndarray:
@@ -245,7 +251,8 @@ class NumpyPolicy:
     units, clipped to the bounds, as TD3's collect policy); its log-prob is
     NaN, since a clipped Gaussian has no density at the bounds. The
     gaussian and categorical heads sample their distributions; gaussian
-    samples are unbounded (what PPO's ratio needs; the env clips them).
+    samples (either Gaussian head's) are unbounded (what PPO's ratio needs;
+    the env clips them).
     """
     if self.head == 'q_argmax':
       raise ValueError("a 'q_argmax' policy explores with epsilon_greedy")
@@ -254,6 +261,9 @@ class NumpyPolicy:
       return sample_categorical(out, self.action_low, rng)
     if self.head == 'gaussian':
       return sample_gaussian(out, self.log_std, rng)
+    if self.head == 'tanh_mean_gaussian':
+      return sample_gaussian(self._center + self._magnitude * np.tanh(out),
+                             self.log_std, rng)
     if self.head == 'deterministic':
       actions = self._center + self._magnitude * np.tanh(out)
       if noise_std > 0:

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tf_agents.agents.sac import tanh_normal_projection_network
+from tf_agents.networks import normal_projection_network
 
 from rlds_reverb.acting import numpy_policy
 
@@ -33,7 +35,8 @@ def dense_layers(network: Any,
     # TF-Agents networks keep their sub-layers in these attributes.
     for name in ('_encoder', '_flat_preprocessing_layers',
                  '_postprocessing_layers', '_mlp_layers',
-                 '_projection_networks', '_projection_layer'):
+                 '_projection_networks', '_projection_layer',
+                 '_means_projection_layer'):
       child = getattr(layer, name, None)
       if child is None:
         continue
@@ -42,6 +45,42 @@ def dense_layers(network: Any,
 
   walk(network)
   return found
+
+
+def _normal_projection(network: Any) -> Any:
+  """The network's NormalProjectionNetwork with a state-independent std
+  (IQL's and AWAC's Gaussian actors), or None."""
+  projection = getattr(network, '_projection_networks', None)
+  if isinstance(projection, normal_projection_network.NormalProjectionNetwork
+                ) and not projection._state_dependent_std:  # pylint: disable=protected-access
+    return projection
+  return None
+
+
+def network_head(network: Any, default: str) -> str:
+  """The numpy head that serves `network`: 'tanh_normal' for TF-Agents'
+  SAC actor, a Gaussian actor's ('gaussian', or 'tanh_mean_gaussian' when
+  its mean is tanh-squashed), else `default` (the agent's registered
+  head)."""
+  if isinstance(getattr(network, '_projection_networks', None),
+                tanh_normal_projection_network.TanhNormalProjectionNetwork):
+    return 'tanh_normal'
+  projection = _normal_projection(network)
+  if projection is None:
+    return default
+  return ('gaussian' if projection._mean_transform is None  # pylint: disable=protected-access
+          else 'tanh_mean_gaussian')
+
+
+def _log_std(network: Any) -> np.ndarray | None:
+  """A Gaussian actor's log std per action dimension, as it acts (after
+  its std transform), or None for other networks."""
+  projection = _normal_projection(network)
+  if projection is None:
+    return None
+  bias = projection._bias.bias  # pylint: disable=protected-access
+  std = projection._std_transform(bias)  # pylint: disable=protected-access
+  return np.log(np.asarray(std, np.float64)).astype(np.float32)
 
 
 def from_network(network: Any, head: str, action_spec: Any, *,
@@ -65,7 +104,9 @@ def from_network(network: Any, head: str, action_spec: Any, *,
       np.ones(action_spec.shape, np.float32),
       action_high=np.asarray(action_spec.maximum, np.float32) *
       np.ones(action_spec.shape, np.float32),
-      obs_mean=obs_mean, obs_std=obs_std, metadata=dict(metadata or {}))
+      obs_mean=obs_mean, obs_std=obs_std, metadata=dict(metadata or {}),
+      log_std=_log_std(network) if head in numpy_policy.GAUSSIAN_HEADS
+      else None)
 
 
 def conv_weights(network: Any) -> dict[str, Any]:
@@ -92,6 +133,8 @@ def update_weights(policy: numpy_policy.NumpyPolicy, network: Any) -> None:
   for i, layer in enumerate(dense_layers(network)):
     policy.kernels[i] = layer.kernel.numpy()
     policy.biases[i] = layer.bias.numpy()
+  if policy.log_std is not None:
+    policy.log_std = _log_std(network)
   for i, conv in enumerate(dense_layers(network, tf.keras.layers.Conv2D)):
     policy.conv_kernels[i] = conv.kernel.numpy()
     policy.conv_biases[i] = conv.bias.numpy()

@@ -95,7 +95,9 @@ class AgentRecord:
   agents, which `experiments.onpolicy` builds from `PpoConfig`."""
   head: Optional[str] = None
   """The numpy head that exports its actor (`acting.numpy_policy.HEADS`);
-  None where the head follows the env (the on-policy actor-critics)."""
+  None where the head follows the env (the on-policy actor-critics). An
+  actor that a method config swaps (IQL's and AWAC's 'gaussian') exports
+  with the head its network needs (`export.network_head`)."""
   actions: str = CONTINUOUS
   """CONTINUOUS, DISCRETE or BOTH."""
   td_errors: bool = False

@@ -138,13 +138,14 @@ class MlpPolicy(tf_policy.TFPolicy):
         explore = tf.random.uniform(tf.shape(greedy)) < self._epsilon
         action = tf.where(explore, uniform, greedy)
       action = action + offset
-    elif p.head == 'gaussian':
-      action = out
+    elif p.head in numpy_policy.GAUSSIAN_HEADS:
+      action = (center + magnitude * tf.tanh(out)
+                if p.head == 'tanh_mean_gaussian' else out)
       if self._collect:
-        action = out + tf.exp(tf.constant(p.log_std, tf.float32)) * (
+        action = action + tf.exp(tf.constant(p.log_std, tf.float32)) * (
             tf.random.normal(tf.shape(out)))
       else:
-        action = tf.clip_by_value(out, low, high)
+        action = tf.clip_by_value(action, low, high)
     elif p.head == 'tanh_normal':
       mean, log_std = tf.split(out, 2, axis=-1)
       if self._collect:

@@ -207,9 +207,9 @@ def export_policy(agent: Any, kind: str, specs: envs.EnvSpecs,
   head = registry.get(kind).head
   if head == 'q_argmax':
     return dqn.export_q_policy(agent, specs.action_spec, metadata)
-  return export.from_network(
-      factory.actor_network(agent), head, specs.action_spec,
-      metadata=metadata)
+  network = factory.actor_network(agent)
+  return export.from_network(network, export.network_head(network, head),
+                             specs.action_spec, metadata=metadata)
 
 
 def sync_policy(policy: numpy_policy.NumpyPolicy, agent: Any,

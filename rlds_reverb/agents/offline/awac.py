@@ -15,15 +15,15 @@ CORL, the critics' loss is the sum of the two MSEs, the critics step first
 and the actor's advantages read the updated critics, and both the data and
 the sampled action are valued by the min of the twin critics.
 
-What differs from CORL: the actor is TF-Agents' tanh-squashed Gaussian
-with a state-dependent std (`TanhNormalProjectionNetwork`, the SAC actor,
-so the numpy export's 'tanh_normal' head serves it), where CORL's is an
-unsquashed Gaussian with a state-independent std whose samples are clipped
-to the bounds; the greedy action is tanh(mean) here, the clipped mean
-there. Layer widths come from `factory.AgentConfig` (3x256 by default, as
-CORL's AWAC networks). Data actions are
-pulled just inside the bounds before their log-likelihood is taken. PER
-importance weights, when given, weight the critic loss.
+The actor (`AwacConfig.actor`) is by default TF-Agents' tanh-squashed
+Gaussian with a state-dependent std ('squashed': the SAC actor, greedy
+tanh(mean), the numpy head 'tanh_normal'), which every published AWAC row
+here used; 'gaussian' is CORL's, an unsquashed Gaussian with a
+state-independent std whose samples and greedy action (the mean) are
+clipped to the bounds (the numpy head 'gaussian'). Layer widths come from `factory.AgentConfig` (3x256 by default, as CORL's
+AWAC networks). Data actions are pulled just inside the bounds before
+their log-likelihood is taken. PER importance weights, when given, weight
+the critic loss.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ class AwacConfig:
   max_exp_weight: float = 100.0
   """Upper clip of exp(A / lambda) (CORL's exp_adv_max), so a few large
   advantages cannot dominate the actor's batch."""
+  actor: str = 'squashed'
+  """'squashed': TF-Agents' SAC actor; 'gaussian': CORL's unsquashed
+  Gaussian with a state-independent std (`offline_agent.ACTORS`)."""
 
 
 class AwacAgent(offline_agent.OfflineAgent):
@@ -77,9 +80,10 @@ class AwacAgent(offline_agent.OfflineAgent):
                                                    salt='awac_actions')
 
   def _sample(self, observation: Any) -> tf.Tensor:
-    """Actions drawn from pi(s), held constant."""
-    return tf.stop_gradient(self.action_distribution(observation).sample(
-        seed=self._action_seed_stream()))
+    """Actions drawn from pi(s), in the bounds, held constant."""
+    return tf.stop_gradient(self.clip_to_bounds(
+        self.action_distribution(observation).sample(
+            seed=self._action_seed_stream())))
 
   def _train(self, experience: Any,
              weights: Optional[tf.Tensor] = None) -> tf_agent.LossInfo:
@@ -140,8 +144,8 @@ def make_awac(time_step_spec: Any, action_spec: Any, agent_config: Any,
   train_step = (train_step if train_step is not None
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
   obs_spec = time_step_spec.observation
-  actor = offline_agent.squashed_gaussian_actor(
-      obs_spec, action_spec, agent_config.actor_layers)
+  actor = offline_agent.make_actor(config.actor, obs_spec, action_spec,
+                                   agent_config.actor_layers, tanh_mean=False)
   q_network = ensemble.EnsembleMlp(
       (obs_spec, action_spec), 2, agent_config.critic_layers,
       seed=agent_config.seed, hidden_dtype_name=agent_config.critic_dtype,

@@ -14,13 +14,14 @@ Adam 3e-4 everywhere with the actor's rate on a cosine decay to zero over
 the training run. As in CORL, each step fits V and Q and the actor from
 the same (pre-update) V, and the twin critics' loss is their mean MSE.
 
-What differs from CORL: the actor is TF-Agents' tanh-squashed Gaussian
-with a state-dependent std (`TanhNormalProjectionNetwork`, the SAC actor,
-so the numpy export's 'tanh_normal' head serves it), where CORL's is a
-Gaussian with a tanh mean and a state-independent std. The greedy action
-is tanh(mean) in both. Data actions are pulled just inside the bounds
-before their log-likelihood is taken, where the squashed density is
-finite. PER importance weights, when given, weight the V and Q losses.
+The actor (`IqlConfig.actor`) is by default TF-Agents' tanh-squashed
+Gaussian with a state-dependent std ('squashed': the SAC actor, the numpy
+head 'tanh_normal'), which every published IQL row here used; 'gaussian'
+is CORL's, a Gaussian with a tanh mean and a state-independent std (the
+numpy head 'tanh_mean_gaussian'). The greedy action is tanh(mean) in
+both. Data actions are pulled just inside the bounds before their
+log-likelihood is taken, where a squashed density is finite. PER
+importance weights, when given, weight the V and Q losses.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ class IqlConfig:
   max_exp_advantage: float = 100.0
   """Upper clip of exp(beta * A) (CORL's EXP_ADV_MAX), so a few large
   advantages cannot dominate the actor's batch."""
+  actor: str = 'squashed'
+  """'squashed': TF-Agents' SAC actor; 'gaussian': CORL's tanh-mean
+  Gaussian with a state-independent std (`offline_agent.ACTORS`)."""
 
 
 def expectile_loss(diff: tf.Tensor, expectile: float,
@@ -182,8 +186,8 @@ def make_iql(time_step_spec: Any, action_spec: Any, agent_config: Any,
                 else tf.Variable(0, dtype=tf.int64, name='train_step'))
   obs_spec = time_step_spec.observation
   seed = agent_config.seed
-  actor = offline_agent.squashed_gaussian_actor(
-      obs_spec, action_spec, agent_config.actor_layers)
+  actor = offline_agent.make_actor(config.actor, obs_spec, action_spec,
+                                   agent_config.actor_layers, tanh_mean=True)
   q_network = ensemble.EnsembleMlp(
       (obs_spec, action_spec), 2, agent_config.critic_layers, seed=seed,
       hidden_dtype_name=agent_config.critic_dtype, name='QNetwork')

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.agents.sac import tanh_normal_projection_network
 from tf_agents.networks import actor_distribution_network
+from tf_agents.networks import normal_projection_network
 from tf_agents.policies import actor_policy
 from tf_agents.trajectories import trajectory
 
@@ -29,6 +30,14 @@ Transition = collections.namedtuple(
 # Squashed-Gaussian log-probs of data actions on the bounds are -inf: data
 # actions are pulled this far inside the bounds first (CORL clips the same).
 _ACTION_EPSILON = 1e-4
+
+# The actors an advantage-weighted learner (IQL, AWAC) can clone into:
+# 'squashed' is TF-Agents' SAC actor, 'gaussian' CORL's (and the methods'
+# papers') unsquashed Gaussian with a state-independent std.
+ACTORS = ('squashed', 'gaussian')
+
+# CORL's clamp of the Gaussian actors' log std.
+LOG_STD_BOUNDS = (-20.0, 2.0)
 
 
 def squashed_gaussian_actor(observation_spec: Any, action_spec: Any,
@@ -44,6 +53,47 @@ def squashed_gaussian_actor(observation_spec: Any, action_spec: Any,
   return actor_distribution_network.ActorDistributionNetwork(
       observation_spec, action_spec, fc_layer_params=tuple(layers),
       continuous_projection_net=projection)
+
+
+def clipped_exp(log_std: tf.Tensor) -> tf.Tensor:
+  """exp(log_std) with log_std clamped to LOG_STD_BOUNDS, as CORL clamps
+  its Gaussian actors' (a module function: the network is checkpointed)."""
+  return tf.exp(tf.clip_by_value(log_std, *LOG_STD_BOUNDS))
+
+
+def gaussian_actor(observation_spec: Any, action_spec: Any,
+                   layers: Sequence[int], *, tanh_mean: bool
+                   ) -> actor_distribution_network.ActorDistributionNetwork:
+  """CORL's actor for advantage-weighted regression: a Gaussian, not
+  squashed, with one learnt log std per action dimension (not per state).
+
+  Its log-likelihood of a data action near the bounds stays finite and has
+  no tanh Jacobian, which for a squashed actor grows without bound there
+  and lets a few saturated data actions pull the whole fit. `tanh_mean`
+  maps the mean into the bounds (IQL's actor); without it the mean is
+  free and the policy clips its actions (AWAC's).
+  """
+  def projection(spec):
+    return normal_projection_network.NormalProjectionNetwork(
+        spec, mean_transform=(normal_projection_network.tanh_squash_to_spec
+                              if tanh_mean else None),
+        std_transform=clipped_exp, state_dependent_std=False,
+        std_bias_initializer_value=0.0)
+  return actor_distribution_network.ActorDistributionNetwork(
+      observation_spec, action_spec, fc_layer_params=tuple(layers),
+      continuous_projection_net=projection)
+
+
+def make_actor(kind: str, observation_spec: Any, action_spec: Any,
+               layers: Sequence[int], *, tanh_mean: bool
+               ) -> actor_distribution_network.ActorDistributionNetwork:
+  """The actor `kind` (one of ACTORS) of an advantage-weighted learner."""
+  if kind == 'squashed':
+    return squashed_gaussian_actor(observation_spec, action_spec, layers)
+  if kind == 'gaussian':
+    return gaussian_actor(observation_spec, action_spec, layers,
+                          tanh_mean=tanh_mean)
+  raise ValueError(f'unknown actor {kind!r}; one of: {", ".join(ACTORS)}')
 
 
 class OfflineAgent(tf_agent.TFAgent):
@@ -120,7 +170,8 @@ class OfflineAgent(tf_agent.TFAgent):
 
   def action_distribution(self, observation: Any, training: bool = True
                           ) -> Any:
-    """The squashed-Gaussian actor's distribution (in the action bounds)."""
+    """The actor's distribution: in the action bounds for a squashed
+    actor, unbounded for a Gaussian one (`clip_to_bounds` its samples)."""
     distribution, _ = self._actor_network(observation, step_type=(),
                                           network_state=(), training=training)
     return distribution
@@ -132,6 +183,13 @@ class OfflineAgent(tf_agent.TFAgent):
     high = tf.cast(self.action_spec.maximum, tf.float32)
     margin = _ACTION_EPSILON * (high - low) / 2.0
     return tf.clip_by_value(action, low + margin, high - margin)
+
+  def clip_to_bounds(self, action: tf.Tensor) -> tf.Tensor:
+    """Actions clipped to the action bounds (a Gaussian actor's samples, as
+    CORL clamps them; a no-op on a squashed actor's)."""
+    return tf.clip_by_value(action,
+                            tf.cast(self.action_spec.minimum, tf.float32),
+                            tf.cast(self.action_spec.maximum, tf.float32))
 
   def weighted_log_likelihood_loss(self, observation: Any, action: tf.Tensor,
                                    weight: tf.Tensor) -> tf.Tensor:
