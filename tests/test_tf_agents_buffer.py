@@ -21,6 +21,7 @@ from tf_agents.replay_buffers import reverb_replay_buffer
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.specs import tensor_spec
 from tf_agents.train import learner as tf_learner
+from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 import rlds_reverb
@@ -126,16 +127,30 @@ def test_n_step_returns_in_two_step_items(server):
   one = list(plain.as_dataset(num_steps=2, single_deterministic_pass=True))
   three = list(summed.as_dataset(num_steps=2,
                                  single_deterministic_pass=True))
+  assert len(three) == len(one)
   rewards = np.array([e.reward.numpy()[0] for e, _ in one])
-  # Episode 0 (5 steps, 4 transitions): rows 0..3 in order.
-  expected = rewards[0] + gamma * rewards[1] + gamma**2 * rewards[2]
-  np.testing.assert_allclose(three[0][0].reward.numpy()[0], expected,
-                             rtol=1e-5)
-  # Its second step is step t + 3's observation.
-  np.testing.assert_array_equal(three[0][0].observation.numpy()[1],
-                                one[3][0].observation.numpy()[0])
-  # The episode's last transition has one reward left.
-  np.testing.assert_allclose(three[3][0].reward.numpy()[0], rewards[3])
+  # Episodes come in the order the table gives them (which depends on
+  # what earlier tests on this worker read of it); each episode's
+  # transitions are consecutive rows, the last one's second step LAST.
+  ends = [i for i, (e, _) in enumerate(one)
+          if e.step_type.numpy()[1] == ts.StepType.LAST]
+  assert len(ends) == len([n for n in LENGTHS if n > 1])
+  starts = [0] + [end + 1 for end in ends[:-1]]
+  for start, end in zip(starts, ends):
+    length = end - start + 1
+    for k in range(length):
+      # Up to three rewards, never past the episode's end: the last
+      # transition has one reward left.
+      count = min(3, length - k)
+      expected = sum(gamma**j * rewards[start + k + j] for j in range(count))
+      np.testing.assert_allclose(three[start + k][0].reward.numpy()[0],
+                                 expected, rtol=1e-5,
+                                 err_msg=f'episode rows {start}-{end}, {k}')
+    if length > 3:
+      # A row's second step is step t + 3's observation.
+      np.testing.assert_array_equal(
+          three[start][0].observation.numpy()[1],
+          one[start + 3][0].observation.numpy()[0])
 
 
 def test_refusals(server):
