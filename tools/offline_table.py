@@ -100,6 +100,7 @@ PUBLISHED_LINES = tuple(
     'hopper_medium_1m',
     'walker2d_medium_1m_td3_bc',
     'hopper_medium_1m_td3_bc',
+    'hopper_medium_cql_sac',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
