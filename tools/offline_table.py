@@ -101,12 +101,14 @@ PUBLISHED_LINES = tuple(
     'walker2d_medium_1m_td3_bc',
     'hopper_medium_1m_td3_bc',
     'hopper_medium_cql_sac',
+    'walker2d_medium_1m_iql',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
     'docs/results/runs/offline_rl/hopper_medium_1m/iql_seed0',
     'docs/results/runs/offline_rl/hopper_medium_1m_td3_bc/td3_bc_seed0',
     'docs/results/runs/offline_rl/walker2d_medium_1m/td3_bc_seed0',
+    'docs/results/runs/offline_rl/walker2d_medium_1m_iql/iql_seed0',
     'runs/inflight/medium_expert_1m_cql_sac/cql_sac_seed0',
     'runs/inflight/medium_1m_edac_bf16/edac_seed0',
 )
