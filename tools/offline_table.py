@@ -102,6 +102,7 @@ PUBLISHED_LINES = tuple(
     'hopper_medium_1m_td3_bc',
     'hopper_medium_cql_sac',
     'walker2d_medium_1m_iql',
+    'hopper_medium_replay_rebrac',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
