@@ -48,6 +48,18 @@ def test_bfloat16_runs_are_rows_of_their_own(tmp_path):
       ([45.0], None), ([44.0], 'bfloat16')]
 
 
+def test_a_row_names_the_gin_files_its_last_line_ran_with(tmp_path):
+  path = tmp_path / 'a.jsonl'
+  tuned = json.loads(_line([1], [60.0]))
+  tuned['gin_files'] = ['configs/cql_sac_corl_locomotion.gin']
+  path.write_text(_line([0], [45.0], kind='hopper-medium') + '\n'
+                  + json.dumps(tuned) + '\n')
+  rows = tools_module('offline_table').summarize([str(path)])['rows']
+  assert [(r['dataset'], r.get('gin_files')) for r in rows] == [
+      ('hopper-medium', None),
+      ('medium', ['configs/cql_sac_corl_locomotion.gin'])]
+
+
 def test_a_line_that_bootstraps_through_terminations_is_no_row(tmp_path):
   """--bootstrap_through_terminals measures what a loader bug costs; its
   line sits beside the contract's in one file and joins no row."""

@@ -7,7 +7,8 @@ scores, mean, std, corl}, ...], "behaviour_returns": {dataset kind:
 `--seeds 1,2` run beside an earlier seed 0) join it, and a later score of
 the same seed replaces the earlier one; mean and std (population, as
 tools/offline_suite.py) are over the row's seeds. Runs with bfloat16 critics (`critic_dtype`) are rows of
-their own, marked with that field.
+their own, marked with that field; a row whose last line was run with
+per-dataset settings names them (`gin_files`).
 
 `--runs DIR ...` adds the long runs still short of their step budget, read
 from their run directories (config.json, eval.jsonl), so the JSON shows
@@ -103,6 +104,7 @@ PUBLISHED_LINES = tuple(
     'hopper_medium_cql_sac',
     'walker2d_medium_1m_iql',
     'hopper_medium_replay_rebrac',
+    'walker2d_medium_replay_rebrac',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
@@ -134,7 +136,8 @@ def summarize(paths: list[str]) -> dict:
         rows[key] = {
             'agent': record['agent'], 'dataset': kind, 'critic_dtype': dtype,
             'path': record['dataset'], 'gradient_steps': record['steps'],
-            'corl': record.get('corl'), 'date': record['date']}
+            'corl': record.get('corl'), 'date': record['date'],
+            'gin_files': record.get('gin_files') or []}
         scores.setdefault(key, {}).update(
             zip(record['seeds'], record['normalized_scores']))
         behaviour[kind] = {
@@ -152,7 +155,8 @@ def summarize(paths: list[str]) -> dict:
         'std': round(float(np.std(values)), 2),
         'corl': row['corl'], 'date': row['date'],
         **({} if row['critic_dtype'] == 'float32'
-           else {'critic_dtype': row['critic_dtype']})})
+           else {'critic_dtype': row['critic_dtype']}),
+        **({'gin_files': row['gin_files']} if row['gin_files'] else {})})
   return {'rows': merged, 'behaviour_returns': behaviour}
 
 
