@@ -105,6 +105,8 @@ PUBLISHED_LINES = tuple(
     'walker2d_medium_1m_iql',
     'hopper_medium_replay_rebrac',
     'walker2d_medium_replay_rebrac',
+    'hopper_medium_expert_rebrac',
+    'walker2d_medium_cql_sac_corl',
 ))
 PUBLISHED_RUNS = (
     'docs/results/runs/offline_rl/medium_expert_1m_rebrac_bf16/rebrac_seed0',
